@@ -1,0 +1,1 @@
+//! Client library for nervad (being built under issue 3).

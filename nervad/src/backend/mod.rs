@@ -1,0 +1,1 @@
+//! Backends: one batched step over a paged KV pool, sampling included.

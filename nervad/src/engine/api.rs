@@ -1,0 +1,278 @@
+//! The contract between the server (poll loop, client segments) and an inference engine.
+//!
+//! The server owns the engine on an engine thread: it hands over validated requests, cancels,
+//! pauses clients whose completion ring is full, and calls [`InferenceEngine::step`] in a loop.
+//! Events borrow from the engine's buffers, so emitting one allocates nothing; the sink copies
+//! what it needs into completion rings.
+
+use std::time::Instant;
+
+/// A connected client inside the daemon: a slot index plus a generation so a reused slot never
+/// receives a previous occupant's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClientId {
+    /// Index into the server's client table.
+    pub slot: u32,
+    /// Bumped every time the slot is reused.
+    pub generation: u32,
+}
+
+/// A request is named by its client and the client's own 64-bit tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestKey {
+    /// Who asked.
+    pub client: ClientId,
+    /// The client's tag, echoed on every event.
+    pub tag: u64,
+}
+
+/// What to continue from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// UTF-8 text, tokenized with the model's tokenizer (special tokens added as the
+    /// tokenizer's post-processor says).
+    Text(String),
+    /// Token ids, used as given.
+    Tokens(Vec<u32>),
+    /// A JSON array of `{"role": ..., "content": ...}` messages rendered through the model's
+    /// chat template with the generation prompt appended.
+    Chat(String),
+}
+
+/// Per-request sampling. Defaults are greedy with no penalties.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy (argmax); otherwise logits are divided by it.
+    pub temperature: f32,
+    /// Keep the k most likely tokens; 0 disables.
+    pub top_k: u32,
+    /// Keep the smallest set whose probability mass reaches p; 1.0 disables.
+    pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p * p_max`; 0 disables.
+    pub min_p: f32,
+    /// CTRL-style repetition penalty over prompt and output tokens; 1.0 disables.
+    pub repetition_penalty: f32,
+    /// OpenAI-style presence penalty over output tokens; 0 disables.
+    pub presence_penalty: f32,
+    /// OpenAI-style frequency penalty over output tokens; 0 disables.
+    pub frequency_penalty: f32,
+    /// Seed of the request's own random stream (same seed and prompt → same tokens).
+    pub seed: u64,
+    /// Also report the log-probabilities of this many most likely tokens (0..=20).
+    pub top_logprobs: u8,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: 0,
+            top_logprobs: 0,
+        }
+    }
+}
+
+/// When to stop besides `max_tokens` and the context length.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StopConditions {
+    /// Stop (and do not emit) on any of these ids, in addition to the model's eos ids.
+    pub stop_token_ids: Vec<u32>,
+    /// Stop when the output text contains one of these (matched across token boundaries);
+    /// the matched string is not emitted.
+    pub stop_strings: Vec<String>,
+    /// Keep going past the model's eos ids.
+    pub ignore_eos: bool,
+}
+
+/// A validated generation request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateRequest {
+    /// Who and which.
+    pub key: RequestKey,
+    /// Input.
+    pub prompt: Prompt,
+    /// Sampling parameters.
+    pub sampling: SamplingParams,
+    /// Most tokens to generate per sample.
+    pub max_tokens: u32,
+    /// Stop conditions.
+    pub stop: StopConditions,
+    /// Independent samples sharing the prompt (each with seed `seed + index`).
+    pub n_samples: u16,
+    /// Higher runs first when the scheduler must choose.
+    pub priority: u8,
+    /// When the server read the descriptor (for queue-time accounting).
+    pub received_at: Instant,
+}
+
+/// Why a sample ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An eos id, a stop token id or a stop string.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The model's context length reached.
+    ContextLength,
+    /// Cancelled by the client (or its disconnection).
+    Cancelled,
+    /// The engine failed this request.
+    Error,
+    /// The daemon is shutting down.
+    Shutdown,
+}
+
+/// Why a request was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// The prompt is empty, does not tokenize, or the chat messages are malformed.
+    #[error("invalid prompt: {0}")]
+    InvalidPrompt(String),
+    /// The prompt plus `max_tokens` cannot fit the model's context or the KV pool.
+    #[error("prompt of {prompt_tokens} tokens does not fit (limit {limit})")]
+    TooLong {
+        /// Tokens in the prompt.
+        prompt_tokens: usize,
+        /// The limit it exceeded.
+        limit: usize,
+    },
+    /// A token id is not in the vocabulary.
+    #[error("token id {0} is outside the vocabulary")]
+    BadToken(u32),
+    /// A sampling parameter is out of range.
+    #[error("invalid parameter: {0}")]
+    InvalidParameter(&'static str),
+    /// The same tag is already in flight for this client.
+    #[error("tag already in flight")]
+    DuplicateTag,
+    /// The engine cannot take more requests right now.
+    #[error("engine is at capacity")]
+    Busy,
+    /// The model has no chat template but a chat prompt was given.
+    #[error("model has no chat template")]
+    NoChatTemplate,
+    /// Backend failure.
+    #[error("backend error: {0}")]
+    Backend(String),
+}
+
+/// Per-request timings, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequestTimings {
+    /// Received → first scheduled.
+    pub queue_us: u64,
+    /// Received → first token.
+    pub first_token_us: u64,
+    /// First token → last token.
+    pub decode_us: u64,
+    /// Prompt tokens processed.
+    pub prompt_tokens: u32,
+    /// Tokens generated (this sample).
+    pub generated_tokens: u32,
+}
+
+/// What the engine reports. Borrowed slices are valid only during the `emit` call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EngineEvent<'a> {
+    /// Newly generated token ids of one sample (stop tokens excluded).
+    Tokens {
+        /// Request.
+        key: RequestKey,
+        /// Sample index.
+        sample: u16,
+        /// Ids in order.
+        ids: &'a [u32],
+        /// Log-probability of each id (same length as `ids`).
+        logprobs: &'a [f32],
+    },
+    /// Top-n alternatives for the token just emitted (only when `top_logprobs > 0`).
+    TopLogprobs {
+        /// Request.
+        key: RequestKey,
+        /// Sample index.
+        sample: u16,
+        /// Alternative ids, most likely first.
+        ids: &'a [u32],
+        /// Their log-probabilities.
+        logprobs: &'a [f32],
+    },
+    /// Newly decoded text of one sample; always whole UTF-8 code points.
+    Text {
+        /// Request.
+        key: RequestKey,
+        /// Sample index.
+        sample: u16,
+        /// The piece.
+        text: &'a str,
+    },
+    /// One sample finished; exactly one per sample of every accepted request.
+    Done {
+        /// Request.
+        key: RequestKey,
+        /// Sample index.
+        sample: u16,
+        /// Why.
+        reason: FinishReason,
+        /// Timings.
+        timings: RequestTimings,
+    },
+    /// The request failed as a whole (no `Done` follows).
+    Error {
+        /// Request.
+        key: RequestKey,
+        /// What went wrong.
+        error: &'a RequestError,
+    },
+}
+
+/// Receives engine events.
+pub trait EventSink {
+    /// Take one event. Must not block.
+    fn emit(&mut self, event: EngineEvent<'_>);
+}
+
+/// What `nervactl status` shows about the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineInfo {
+    /// Model name or path.
+    pub model: String,
+    /// Architecture name.
+    pub architecture: String,
+    /// `cpu`, `cuda`, or `test`.
+    pub backend: String,
+    /// Device description (CPU model and threads, GPU name).
+    pub device: String,
+    /// Context length served.
+    pub max_context: u32,
+    /// KV pool pages in total.
+    pub kv_pages_total: u32,
+    /// Tokens per KV page.
+    pub kv_page_tokens: u32,
+}
+
+/// An inference engine driven by the server's engine thread.
+pub trait InferenceEngine: Send {
+    /// Admit a request. Refusals come back as errors here (the server turns them into an error
+    /// completion); once accepted, the request ends with `Done` per sample or one `Error`.
+    fn submit(&mut self, request: GenerateRequest) -> Result<(), RequestError>;
+    /// Cancel one request; its samples end with `Done { reason: Cancelled }` on the next step.
+    fn cancel(&mut self, key: RequestKey);
+    /// Drop every request of a client that went away. No events are emitted for them.
+    fn drop_client(&mut self, client: ClientId);
+    /// Pause or resume a client's sequences (its completion ring is full / has room again).
+    fn set_paused(&mut self, client: ClientId, paused: bool);
+    /// Run one scheduling step and emit what it produced. Returns true while work remains.
+    fn step(&mut self, sink: &mut dyn EventSink) -> bool;
+    /// End every request with `reason` (shutdown).
+    fn finish_all(&mut self, reason: FinishReason, sink: &mut dyn EventSink);
+    /// Static facts for status displays.
+    fn info(&self) -> EngineInfo;
+    /// Number of requests admitted and not yet finished.
+    fn in_flight(&self) -> usize;
+}

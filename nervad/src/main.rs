@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("nervad: under construction");
+    std::process::exit(2);
+}

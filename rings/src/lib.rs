@@ -1,0 +1,2 @@
+//! Nerva's wire (being built under issue 2).
+#![deny(missing_docs)]

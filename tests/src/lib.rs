@@ -1,0 +1,1 @@
+//! Helpers shared by Nerva's cross-crate tests.

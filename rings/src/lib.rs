@@ -1,2 +1,4 @@
-//! Nerva's wire (being built under issue 2).
+//! Nerva's wire: everything the daemon and its clients share.
 #![deny(missing_docs)]
+
+pub mod handshake;

@@ -22,6 +22,7 @@
 //! a valid value; the reader validates the private copy.
 
 use core::marker::PhantomData;
+#[cfg(not(loom))]
 use core::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;

@@ -205,7 +205,8 @@ fn run_hostile_child() {
     let sq_header = layout.sq_offset();
     let sq_slots = layout.sq_slots_offset();
     let sq_slot_bytes = u64::from(layout.sq_entries()) * 64;
-    let producer_index = sq_slots - 128; // second padded line of the ring header (x86-64/arm64)
+    // The ring header is two padded lines: consumer index, then producer index.
+    let producer_index = sq_header + (std::mem::size_of::<nerva_rings::RingHeader>() / 2) as u64;
     // Start only once the daemon side is reading (it sets the first word of the output
     // region), so the two really run concurrently however the scheduler starts them.
     let go = word(layout.output_offset());

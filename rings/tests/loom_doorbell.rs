@@ -97,3 +97,47 @@ fn one_ring_per_sleep() {
         assert_eq!(c.pop(), Ok(Some(1)));
     });
 }
+
+/// The full sleeper loop, as `Waiter::wait` runs it, for two entries: the sleeper really
+/// blocks (spins on the modelled eventfd counter, yielding to loom) and consumes the count
+/// when it wakes. A lost wakeup would leave it spinning forever, which loom reports.
+#[test]
+fn sleeper_loop_receives_every_entry() {
+    model(|| {
+        let (mut p, mut c) = SpscRing::<u64>::with_capacity(2).expect("ring");
+        let flag = Arc::new(NeedWakeup::new());
+        let eventfd = Arc::new(AtomicU64::new(0));
+        let producer = {
+            let flag = flag.clone();
+            let eventfd = eventfd.clone();
+            thread::spawn(move || {
+                for v in 0..2 {
+                    p.push(v).expect("room: capacity 2");
+                    flag.wake_if_sleeping(|| {
+                        eventfd.fetch_add(1, Ordering::Release);
+                    });
+                }
+            })
+        };
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            if let Some(v) = c.pop().expect("ring ok") {
+                got.push(v);
+                continue;
+            }
+            flag.prepare_sleep();
+            if c.has_pending().expect("ring ok") {
+                flag.finish_sleep();
+                continue;
+            }
+            // Block until the eventfd count is non-zero; reading it resets it (one swap, like
+            // read(2) on an eventfd).
+            while eventfd.swap(0, Ordering::AcqRel) == 0 {
+                thread::yield_now();
+            }
+            flag.finish_sleep();
+        }
+        producer.join().expect("producer");
+        assert_eq!(got, [0, 1]);
+    });
+}

@@ -218,6 +218,14 @@ pub fn write_weights(
         let named = shard.into_iter().map(|t| (t.spec.name.clone(), t));
         safetensors::serialize_to_file(named, Some(meta.clone()), &path)
             .map_err(|e| ModelError::Generator(format!("{}: {e}", path.display())))?;
+        // The crate writes through a private (0600) temporary file; a model cache is meant to
+        // be readable like the other snapshot files.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| ModelError::io(&path, e))?;
+        }
         files.push(path);
     }
     if count > 1 {

@@ -207,3 +207,26 @@ fn misaligned_data_is_copied_and_counted() {
         assert_eq!(a.bytes(), b.bytes());
     }
 }
+
+/// By hand: `NERVA_MAKE_PRESET=qwen3-0.6b NERVA_MAKE_OUT=/tmp/q cargo test -p nervad --lib
+/// make_preset_from_env -- --ignored --nocapture` (generation time and size of a real shape).
+#[test]
+#[ignore = "writes a possibly large checkpoint; run by hand"]
+fn make_preset_from_env() {
+    let preset = std::env::var("NERVA_MAKE_PRESET").unwrap_or_else(|_| "tiny".into());
+    let out = std::env::var("NERVA_MAKE_OUT").expect("set NERVA_MAKE_OUT");
+    let seed = std::env::var("NERVA_MAKE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let preset = Preset::from_name(&preset).expect("unknown preset");
+    let summary = make_checkpoint(preset, std::path::Path::new(&out), seed, None).unwrap();
+    println!("{summary:?}");
+    let started = std::time::Instant::now();
+    let model = LoadedModel::load(std::path::Path::new(&out)).unwrap();
+    println!(
+        "loaded in {:?}: {:?}",
+        started.elapsed(),
+        model.weights_report
+    );
+}

@@ -20,7 +20,7 @@ pub use presets::{Family, Preset};
 pub use random_weights::GeneratedTensor;
 #[cfg(test)]
 pub(crate) use random_weights::write_weights;
-pub use tokenizer_builder::{TokenizerSpec, build_tokenizer};
+pub use tokenizer_builder::{PreTokenization, TokenizerSpec, build_tokenizer};
 
 use super::config::DType;
 use super::error::ModelError;
@@ -93,6 +93,11 @@ fn write_snapshot(
         vocab_size: config.vocab_size,
         special_tokens: specials.iter().map(|s| s.to_string()).collect(),
         prepend_bos,
+        pre_tokenization: match family {
+            Family::Qwen => PreTokenization::Qwen,
+            Family::Llama3 => PreTokenization::Llama3,
+            Family::Mistral => PreTokenization::Gpt2,
+        },
     })?;
     let tokenizer_path = dir.join("tokenizer.json");
     let text = tokenizer

@@ -20,6 +20,12 @@ pub use presets::{Family, Preset};
 pub use random_weights::GeneratedTensor;
 #[cfg(test)]
 pub(crate) use random_weights::write_weights;
+
+/// `config.json` text of `config`, as the generator writes it (tests parse it back).
+#[cfg(test)]
+pub(crate) fn config_json_for_tests(config: &super::config::ModelConfig) -> String {
+    hf_files::config_json(config).to_string()
+}
 pub use tokenizer_builder::{PreTokenization, TokenizerSpec, build_tokenizer};
 
 use super::config::DType;

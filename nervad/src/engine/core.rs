@@ -432,6 +432,7 @@ impl Engine {
     ) -> Result<(), RequestError> {
         let limit_ctx = self.context_limit();
         let longest = self.tokens.longest();
+        let strip = self.tokens.strip_leading_space();
         let Some(req) = self.requests[rid].as_mut() else {
             return Ok(());
         };
@@ -451,7 +452,7 @@ impl Engine {
             seq.generated = 0;
             seq.limit = total.min(limit_ctx);
             seq.limit_is_context = total > limit_ctx;
-            seq.text.reset(&req.stop.stop_strings, longest);
+            seq.text.reset(&req.stop.stop_strings, longest, strip);
             seq.first_token_at = None;
             seq.last_token_at = None;
             seq.table.clear();

@@ -16,6 +16,7 @@ pub struct TokenTable {
     offsets: Vec<u32>,
     special: Vec<bool>,
     longest: usize,
+    strip_leading_space: bool,
 }
 
 impl TokenTable {
@@ -62,6 +63,16 @@ impl TokenTable {
     pub fn longest(&self) -> usize {
         self.longest
     }
+
+    /// The tokenizer's decoder drops one leading space of a decoded text (SentencePiece).
+    pub fn strip_leading_space(&self) -> bool {
+        self.strip_leading_space
+    }
+
+    /// Say whether the decoder drops one leading space.
+    pub fn set_strip_leading_space(&mut self, strip: bool) {
+        self.strip_leading_space = strip;
+    }
 }
 
 /// What pushing one token produced.
@@ -84,6 +95,10 @@ pub struct TextStream {
     stops: Vec<String>,
     /// Bytes of `held` emitted by the last `push` (drained on the next push).
     emitted: usize,
+    /// Drop one leading space of the whole text (SentencePiece decoders do).
+    strip_leading_space: bool,
+    /// Some text was decoded already.
+    started: bool,
 }
 
 impl TextStream {
@@ -97,12 +112,20 @@ impl TextStream {
             held: String::with_capacity(longest_stop + 3 * (longest_token + 4) + 8),
             stops: stops.to_vec(),
             emitted: 0,
+            strip_leading_space: false,
+            started: false,
         }
     }
 
+    /// Drop one leading space of the whole text, as SentencePiece decoders do.
+    pub fn with_strip_leading_space(mut self, strip: bool) -> Self {
+        self.strip_leading_space = strip;
+        self
+    }
+
     /// Reset for reuse with other stop strings (admission time; may allocate).
-    pub fn reset(&mut self, stops: &[String], longest_token: usize) {
-        *self = TextStream::new(stops, longest_token);
+    pub fn reset(&mut self, stops: &[String], longest_token: usize, strip_leading_space: bool) {
+        *self = TextStream::new(stops, longest_token).with_strip_leading_space(strip_leading_space);
     }
 
     /// The decoded, not yet emitted text; `Pushed` says how much of it to emit.
@@ -150,6 +173,12 @@ impl TextStream {
             }
         }
         self.partial.drain(..start);
+        if !self.started && !self.held.is_empty() {
+            self.started = true;
+            if self.strip_leading_space && self.held.starts_with(' ') {
+                self.held.remove(0);
+            }
+        }
         self.scan()
     }
 
@@ -263,6 +292,15 @@ mod tests {
         let (out, stopped) = stream(&["\n\n"], &[b"line\n"]);
         assert!(!stopped);
         assert_eq!(out, "line\n");
+    }
+
+    #[test]
+    fn sentencepiece_leading_space_dropped_once() {
+        let mut t = TextStream::new(&[], 4).with_strip_leading_space(true);
+        assert_eq!(t.push(b" a"), Pushed::Emit(1));
+        assert_eq!(&t.text()[..1], "a");
+        assert_eq!(t.push(b" b"), Pushed::Emit(2));
+        assert_eq!(&t.text()[..2], " b");
     }
 
     #[test]

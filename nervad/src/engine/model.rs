@@ -41,3 +41,50 @@ impl std::fmt::Debug for EngineModel {
             .finish()
     }
 }
+
+/// Prompt encoding through a loaded model's tokenizer and chat template.
+struct LoadedPrompts {
+    tokenizer: crate::model::tokenizer::Tokenizer,
+    chat_template: Option<crate::model::chat_template::ChatTemplate>,
+}
+
+impl PromptEncoder for LoadedPrompts {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.tokenizer.encode(text, true).map_err(|e| e.to_string())
+    }
+
+    fn encode_chat(&self, messages_json: &str) -> Option<Result<Vec<u32>, String>> {
+        let template = self.chat_template.as_ref()?;
+        // Templates write their own special tokens (bos included), as transformers'
+        // `apply_chat_template(tokenize=True)` does with `add_special_tokens=False`.
+        Some(
+            template
+                .render(messages_json, true)
+                .and_then(|text| self.tokenizer.encode(&text, false))
+                .map_err(|e| e.to_string()),
+        )
+    }
+}
+
+impl EngineModel {
+    /// Everything the engine needs from a loaded Hugging Face snapshot.
+    pub fn from_loaded(model: crate::model::LoadedModel) -> Self {
+        let eos_token_ids = model.eos_token_ids();
+        let tok = &model.tokenizer;
+        let mut tokens = TokenTable::new(
+            (0..tok.len() as u32).map(|id| (tok.token_bytes(id), tok.is_special(id))),
+        );
+        tokens.set_strip_leading_space(tok.strips_leading_space());
+        EngineModel {
+            name: model.name,
+            config: model.config,
+            weights: model.weights,
+            tokens,
+            eos_token_ids,
+            prompts: Box::new(LoadedPrompts {
+                tokenizer: model.tokenizer,
+                chat_template: model.chat_template,
+            }),
+        }
+    }
+}

@@ -1,12 +1,10 @@
 //! Connecting: the socket, the handshake, and mapping the segment the daemon passes back.
 
-use std::fs::File;
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use memmap2::{MmapOptions, MmapRaw};
 use nerva_rings::handshake::{
     ABI_VERSION, HandshakeStatus, Hello, WELCOME_FDS, WELCOME_LEN, Welcome,
 };
@@ -47,7 +45,8 @@ pub struct RingSizes {
 /// A live handshake's result: the socket (liveness), the mapped segment and the doorbells.
 pub(crate) struct Connection {
     pub socket: OwnedFd,
-    pub map: MmapRaw,
+    /// The segment memfd, checked: sealed, and exactly `welcome.segment_bytes` long.
+    pub map_fd: OwnedFd,
     pub sq_doorbell: OwnedFd,
     pub cq_doorbell: OwnedFd,
     pub welcome: Welcome,
@@ -56,10 +55,8 @@ pub(crate) struct Connection {
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) fn connect_to(path: &Path, sizes: RingSizes) -> Result<Connection> {
-    let addr = UnixAddr::new(path).map_err(|e| Error::InvalidArgument(format!(
-        "socket path {}: {e}",
-        path.display()
-    )))?;
+    let addr = UnixAddr::new(path)
+        .map_err(|e| Error::InvalidArgument(format!("socket path {}: {e}", path.display())))?;
     let sock = socket(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -104,7 +101,10 @@ pub(crate) fn connect_to(path: &Path, sizes: RingSizes) -> Result<Connection> {
             MsgFlags::MSG_CMSG_CLOEXEC,
         )?;
         let mut fds: Vec<OwnedFd> = Vec::new();
-        for c in msg.cmsgs().map_err(|e| Error::Protocol(format!("control message: {e}")))? {
+        for c in msg
+            .cmsgs()
+            .map_err(|e| Error::Protocol(format!("control message: {e}")))?
+        {
             if let ControlMessageOwned::ScmRights(raw) = c {
                 for fd in raw {
                     // SAFETY: SCM_RIGHTS installed these descriptors in our table just now;
@@ -153,38 +153,39 @@ pub(crate) fn connect_to(path: &Path, sizes: RingSizes) -> Result<Connection> {
             daemon: welcome.abi_version,
         });
     }
-    let [segment, sq_doorbell, cq_doorbell]: [OwnedFd; WELCOME_FDS] = fds
-        .try_into()
-        .map_err(|v: Vec<OwnedFd>| {
-            Error::Protocol(format!("welcome carried {} descriptors, expected 3", v.len()))
+    let [segment, sq_doorbell, cq_doorbell]: [OwnedFd; WELCOME_FDS] =
+        fds.try_into().map_err(|v: Vec<OwnedFd>| {
+            Error::Protocol(format!(
+                "welcome carried {} descriptors, expected 3",
+                v.len()
+            ))
         })?;
-    let map = map_segment(segment, welcome.segment_bytes)?;
+    check_segment(&segment, welcome.segment_bytes)?;
     Ok(Connection {
         socket: sock,
-        map,
+        map_fd: segment,
         sq_doorbell,
         cq_doorbell,
         welcome,
     })
 }
 
-/// Map the daemon's memfd after checking it cannot shrink under us (a shrink would turn our
-/// next access into SIGBUS) and that its size is what the welcome says.
-fn map_segment(fd: OwnedFd, segment_bytes: u64) -> Result<MmapRaw> {
-    let seals = fcntl(&fd, FcntlArg::F_GET_SEALS)
+/// Check the daemon's memfd cannot shrink under us (a shrink would turn our next access into
+/// SIGBUS) and that its size is what the welcome says.
+fn check_segment(fd: &OwnedFd, segment_bytes: u64) -> Result<()> {
+    let seals = fcntl(fd, FcntlArg::F_GET_SEALS)
         .map_err(|e| Error::Protocol(format!("segment is not a sealable memfd: {e}")))?;
     let need = (SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW).bits();
     if seals & need != need {
-        return Err(Error::Protocol("segment is not sealed against resizing".into()));
+        return Err(Error::Protocol(
+            "segment is not sealed against resizing".into(),
+        ));
     }
-    let file = File::from(fd);
-    let actual = file.metadata()?.len();
-    if actual != segment_bytes || segment_bytes == 0 {
+    let actual = nix::sys::stat::fstat(fd)?.st_size;
+    if u64::try_from(actual).ok() != Some(segment_bytes) || segment_bytes == 0 {
         return Err(Error::Protocol(format!(
             "segment is {actual} bytes, welcome says {segment_bytes}"
         )));
     }
-    let len = usize::try_from(segment_bytes)
-        .map_err(|_| Error::Protocol("segment larger than the address space".into()))?;
-    Ok(MmapOptions::new().len(len).populate().map_raw(&file)?)
+    Ok(())
 }

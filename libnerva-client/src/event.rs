@@ -88,6 +88,8 @@ pub enum EventRef<'a> {
         tag: Tag,
         /// Sample index.
         sample: u16,
+        /// Index of the generated token these alternatives are for.
+        position: u32,
         /// Alternative ids, most likely first.
         ids: &'a [u32],
         /// Their log-probabilities.
@@ -117,8 +119,11 @@ pub enum EventRef<'a> {
     Error {
         /// Request.
         tag: Tag,
-        /// Why, as the daemon's status code (raw value kept if unknown to this version).
+        /// Why, as the daemon's status code (raw value kept if unknown to this version);
+        /// [`status_code`] decodes it.
         status: u16,
+        /// Short detail from the daemon (may be empty).
+        detail: &'a str,
     },
     /// The daemon is shutting down: no new work is accepted; in-flight requests end with
     /// `Done { reason: Shutdown }` (or finish normally within the drain time).
@@ -141,15 +146,27 @@ impl EventRef<'_> {
     /// An owned copy.
     pub fn to_owned(&self) -> Event {
         match *self {
-            EventRef::Tokens { tag, sample, ids, logprobs } => Event::Tokens {
+            EventRef::Tokens {
+                tag,
+                sample,
+                ids,
+                logprobs,
+            } => Event::Tokens {
                 tag,
                 sample,
                 ids: ids.to_vec(),
                 logprobs: logprobs.to_vec(),
             },
-            EventRef::TopLogprobs { tag, sample, ids, logprobs } => Event::TopLogprobs {
+            EventRef::TopLogprobs {
                 tag,
                 sample,
+                position,
+                ids,
+                logprobs,
+            } => Event::TopLogprobs {
+                tag,
+                sample,
+                position,
                 ids: ids.to_vec(),
                 logprobs: logprobs.to_vec(),
             },
@@ -158,13 +175,26 @@ impl EventRef<'_> {
                 sample,
                 text: text.to_string(),
             },
-            EventRef::Done { tag, sample, reason, timings } => Event::Done {
+            EventRef::Done {
+                tag,
+                sample,
+                reason,
+                timings,
+            } => Event::Done {
                 tag,
                 sample,
                 reason,
                 timings,
             },
-            EventRef::Error { tag, status } => Event::Error { tag, status },
+            EventRef::Error {
+                tag,
+                status,
+                detail,
+            } => Event::Error {
+                tag,
+                status,
+                detail: detail.to_string(),
+            },
             EventRef::Shutdown => Event::Shutdown,
         }
     }
@@ -175,15 +205,35 @@ impl EventRef<'_> {
 #[allow(missing_docs)] // fields mirror EventRef's, documented there
 pub enum Event {
     /// See [`EventRef::Tokens`].
-    Tokens { tag: Tag, sample: u16, ids: Vec<u32>, logprobs: Vec<f32> },
+    Tokens {
+        tag: Tag,
+        sample: u16,
+        ids: Vec<u32>,
+        logprobs: Vec<f32>,
+    },
     /// See [`EventRef::TopLogprobs`].
-    TopLogprobs { tag: Tag, sample: u16, ids: Vec<u32>, logprobs: Vec<f32> },
+    TopLogprobs {
+        tag: Tag,
+        sample: u16,
+        position: u32,
+        ids: Vec<u32>,
+        logprobs: Vec<f32>,
+    },
     /// See [`EventRef::Text`].
     Text { tag: Tag, sample: u16, text: String },
     /// See [`EventRef::Done`].
-    Done { tag: Tag, sample: u16, reason: FinishReason, timings: Timings },
+    Done {
+        tag: Tag,
+        sample: u16,
+        reason: FinishReason,
+        timings: Timings,
+    },
     /// See [`EventRef::Error`].
-    Error { tag: Tag, status: u16 },
+    Error {
+        tag: Tag,
+        status: u16,
+        detail: String,
+    },
     /// See [`EventRef::Shutdown`].
     Shutdown,
 }

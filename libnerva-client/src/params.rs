@@ -48,8 +48,12 @@ pub struct GenerateParams {
     pub top_logprobs: u8,
     /// Scheduling priority: higher runs first, 0 normal, negative for background work.
     pub priority: i8,
-    /// Deliver token-id events (text events are always delivered).
+    /// Deliver token-id events.
     pub stream_tokens: bool,
+    /// Deliver text events.
+    pub stream_text: bool,
+    /// Fill the log-probability of each sampled token in token events (NaN otherwise).
+    pub logprobs: bool,
 }
 
 impl Default for GenerateParams {
@@ -71,6 +75,8 @@ impl Default for GenerateParams {
             top_logprobs: 0,
             priority: 0,
             stream_tokens: true,
+            stream_text: true,
+            logprobs: false,
         }
     }
 }
@@ -135,14 +141,38 @@ mod tests {
         assert!(GenerateParams::default().validate().is_ok());
         assert!(GenerateParams::greedy().validate().is_ok());
         for p in [
-            GenerateParams { max_tokens: 0, ..Default::default() },
-            GenerateParams { temperature: f32::NAN, ..Default::default() },
-            GenerateParams { top_p: 0.0, ..Default::default() },
-            GenerateParams { min_p: 1.5, ..Default::default() },
-            GenerateParams { repetition_penalty: 0.0, ..Default::default() },
-            GenerateParams { n_samples: 65, ..Default::default() },
-            GenerateParams { top_logprobs: 21, ..Default::default() },
-            GenerateParams { stop_strings: vec![String::new()], ..Default::default() },
+            GenerateParams {
+                max_tokens: 0,
+                ..Default::default()
+            },
+            GenerateParams {
+                temperature: f32::NAN,
+                ..Default::default()
+            },
+            GenerateParams {
+                top_p: 0.0,
+                ..Default::default()
+            },
+            GenerateParams {
+                min_p: 1.5,
+                ..Default::default()
+            },
+            GenerateParams {
+                repetition_penalty: 0.0,
+                ..Default::default()
+            },
+            GenerateParams {
+                n_samples: 65,
+                ..Default::default()
+            },
+            GenerateParams {
+                top_logprobs: 21,
+                ..Default::default()
+            },
+            GenerateParams {
+                stop_strings: vec![String::new()],
+                ..Default::default()
+            },
         ] {
             assert!(p.validate().is_err(), "{p:?}");
         }

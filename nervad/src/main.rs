@@ -30,6 +30,10 @@ struct Cli {
 enum Command {
     /// Serve clients on the socket until SIGTERM/SIGINT (the default).
     Serve(ServeArgs),
+    /// Write a random-weight checkpoint in exact Hugging Face layout (tests, demos, parity).
+    MakeModel(nervad::model::generate::MakeModelArgs),
+    /// Teacher-forced logits and a greedy continuation through the engine, for parity checks.
+    Dump(nervad::engine::dump::DumpArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -111,6 +115,18 @@ struct ServeArgs {
     /// Log line format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Most sequences (samples of all clients' requests) decoded together in one step.
+    #[arg(long, default_value_t = 16)]
+    max_batch: usize,
+    /// Longest sequence (prompt + output) served; 0 = the model's max_position_embeddings.
+    #[arg(long, default_value_t = 0)]
+    max_context: usize,
+    /// Memory for the paged KV pool, in MiB, allocated once at start.
+    #[arg(long, default_value_t = 1024)]
+    kv_budget_mib: usize,
+    /// Backend worker threads; 0 = all cores.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
 }
 
 fn parse_octal(s: &str) -> Result<u32, String> {
@@ -152,13 +168,35 @@ fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
                 Duration::from_micros(args.test_step_us),
             )))
         }
-        EngineKind::Model => Err(format!(
-            "the model engine is not part of this build yet (model: {}); \
-             build with --features test-engine and pass --engine test for protocol testing",
-            args.model
-                .as_ref()
-                .map_or("default tiny".to_string(), |p| p.display().to_string())
-        )),
+        EngineKind::Model => {
+            let dir = match &args.model {
+                Some(dir) => dir.clone(),
+                None => {
+                    let dir = nervad::model::generate::ensure_default_model()
+                        .map_err(|e| format!("cannot prepare the default demo model: {e}"))?;
+                    tracing::warn!(
+                        model = %dir.display(),
+                        "no --model given: serving the RANDOM-WEIGHT `tiny` demo model; its output is noise, not language"
+                    );
+                    dir
+                }
+            };
+            let loaded = nervad::model::LoadedModel::load(&dir)
+                .map_err(|e| format!("cannot load model {}: {e}", dir.display()))?;
+            let options = nervad::engine::EngineOptions {
+                max_batch: args.max_batch.max(1),
+                max_context: args.max_context,
+                kv_budget_bytes: args.kv_budget_mib.max(1) << 20,
+                threads: args.threads,
+                ..Default::default()
+            };
+            let engine = nervad::engine::Engine::with_cpu_backend(
+                nervad::engine::EngineModel::from_loaded(loaded),
+                options,
+            )
+            .map_err(|e| format!("cannot build the CPU backend: {e}"))?;
+            Ok(Box::new(engine))
+        }
     }
 }
 
@@ -210,10 +248,35 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// Exit status of a one-shot subcommand: errors go to stderr with their cause chain.
+fn report<E: std::error::Error>(result: Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = format!("error: {e}");
+            let mut source = e.source();
+            while let Some(cause) = source {
+                msg.push_str(&format!("\n  caused by: {cause}"));
+                source = cause.source();
+            }
+            eprintln!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Serve(args)) => serve(args),
+        Some(Command::MakeModel(args)) => {
+            init_logging(LogFormat::Text);
+            report(nervad::model::generate::run_make_model(args))
+        }
+        Some(Command::Dump(args)) => {
+            init_logging(LogFormat::Text);
+            report(nervad::engine::dump::run_dump(args))
+        }
         None => serve(cli.serve),
     }
 }

@@ -315,8 +315,15 @@ fn write_json(
 }
 
 fn template_error(e: &Error) -> ModelError {
-    // minijinja's Display omits the cause chain and location details that `{:#}` shows.
-    ModelError::ChatTemplate(format!("{e:#}"))
+    // Display gives "kind: detail (in chat_template:LINE)"; the alternate form would append a
+    // listing of the template source, far too long for an error sent back to a client.
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    ModelError::ChatTemplate(message)
 }
 
 /// Check the messages array: `[{"role": string, "content": string | null | array, ...}, ...]`.

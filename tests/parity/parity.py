@@ -146,18 +146,39 @@ def reference_run(model, tokens, steps, device):
     return teacher, greedy, margins
 
 
+TOKENIZER_TEXTS = [
+    "Hello, world! naïve café 🙂",
+    "Numbers 0 1 42 128 65536 3.14159 and 1234567",
+    "  two  spaces, a\ttab and\r\nnew lines  ",
+    "日本語のテキスト。中文文本。한국어. Ελληνικά. Русский.",
+    "decomposed e\u0301 versus composed \u00e9",
+    "def f(x):\n    return {'a': [1, 2]}",
+]
+
+
 def check_tokenizer(model_dir, vocab):
-    """transformers' tokenizer loads the generated tokenizer.json and covers every id."""
+    """transformers' AutoTokenizer loads the snapshot, covers every id, and encodes exactly like
+    tokenizer.json run through the `tokenizers` library (what nervad uses). transformers 5
+    rebuilds some tokenizers (Qwen2Tokenizer) from its own code instead of the file, so this
+    catches a generated tokenizer.json that differs from the family's real pipeline."""
+    from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     if len(tok) != vocab:
         raise RuntimeError(f"tokenizer has {len(tok)} ids, config vocab_size is {vocab}")
-    text = "Hello, world! naïve café 🙂"
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    back = tok.decode(ids)
-    if back != text:
-        raise RuntimeError(f"tokenizer round trip: {text!r} -> {ids} -> {back!r}")
+    raw = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    for text in TOKENIZER_TEXTS:
+        for special in (False, True):
+            ours = raw.encode(text, add_special_tokens=special).ids
+            theirs = tok(text, add_special_tokens=special)["input_ids"]
+            if ours != theirs:
+                raise RuntimeError(f"{type(tok).__name__} encodes {text!r} as {theirs[:12]}..., "
+                                   f"tokenizer.json as {ours[:12]}...")
+        ids = raw.encode(text, add_special_tokens=False).ids
+        if tok.decode(ids) != raw.decode(ids, skip_special_tokens=False):
+            raise RuntimeError(f"decode of {text!r} differs")
+    return type(tok).__name__
 
 
 # ----------------------------------------------------------------------------------------------
@@ -188,8 +209,11 @@ def parity_for_preset(args, preset):
     row["arch"] = config["architectures"][0]
     tokens = prompt_tokens(vocab, args.positions)
 
+    row["tokenizer"] = check_tokenizer(model_dir, vocab)
+    if args.tokenizer_only:
+        row.update(status="TOK-OK", note=f"{row['tokenizer']} agrees with tokenizer.json")
+        return row
     model = load_reference(model_dir, args.device)
-    check_tokenizer(model_dir, vocab)
     started = time.time()
     teacher, ref_greedy, margins = reference_run(model, tokens, args.steps, args.device)
     row["ref_s"] = time.time() - started
@@ -288,6 +312,8 @@ def main():
                    help="use existing checkpoints ROOT/<preset> instead of running make-model")
     p.add_argument("--reference-only", action="store_true",
                    help="only check that transformers loads and runs the checkpoints")
+    p.add_argument("--tokenizer-only", action="store_true",
+                   help="only check config and tokenizer loading (needs transformers, not torch)")
     p.add_argument("--self-test", action="store_true", help="test the gate logic and exit")
     args = p.parse_args()
 
@@ -298,7 +324,8 @@ def main():
     unknown = [s for s in presets if s not in ALL_PRESETS]
     if unknown:
         p.error(f"unknown presets {unknown}")
-    needs_nervad = not args.reference_only or not args.checkpoint_root
+    only_reference = args.reference_only or args.tokenizer_only
+    needs_nervad = not only_reference or not args.checkpoint_root
     if needs_nervad and not (args.nervad and os.access(args.nervad, os.X_OK)):
         p.error("--nervad must name an executable nervad binary")
     if args.workdir is None:

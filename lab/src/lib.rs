@@ -3,10 +3,11 @@
 //! Every experiment prints a markdown table as its last output so that results paste straight
 //! into `lab/README.md`. The helpers here are deliberately small: a clock, percentiles, CPU
 //! pinning, a memfd-backed shared mapping with fork, and the table printer. The few `unsafe`
-//! blocks (syscalls, shared memory) live in `affinity`, `shm`, `futex` and `eventfd`.
+//! blocks (syscalls, shared memory) live in `affinity`, `arena`, `shm`, `futex` and `eventfd`.
 #![deny(missing_docs)]
 
 pub mod affinity;
+pub mod arena;
 pub mod args;
 pub mod eventfd;
 pub mod futex;

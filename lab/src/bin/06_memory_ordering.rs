@@ -27,10 +27,29 @@ use nerva_lab::args::LabArgs;
 use nerva_lab::machine::print_header;
 use nerva_lab::report::Table;
 
-/// MP: returns (observations where the flag had moved, stale data reads among them).
-fn message_passing(weak: bool, rounds: u64, cpus: CpuPair) -> (u64, u64) {
-    let data = CachePadded::new(AtomicU64::new(0));
-    let flag = CachePadded::new(AtomicU64::new(0));
+/// Brings two threads to trial `i` at about the same moment. Release/Acquire on x86 adds no
+/// fence, so this lock-step cannot hide the reordering under test.
+fn lockstep(mine: &AtomicU64, theirs: &AtomicU64, i: usize) {
+    mine.store(i as u64 + 1, Ordering::Release); // pairs with the peer's Acquire wait below
+    while theirs.load(Ordering::Acquire) < i as u64 + 1 {
+        spin_loop();
+    }
+}
+
+fn fresh_lines(n: usize) -> Vec<CachePadded<AtomicU32>> {
+    (0..n)
+        .map(|_| CachePadded::new(AtomicU32::new(0)))
+        .collect()
+}
+
+/// MP over `trials` fresh (entry, tail) pairs: returns (trials where the reader saw the new
+/// tail, and among them those where it then read the old entry).
+fn message_passing(weak: bool, trials: usize, cpus: CpuPair) -> (u64, u64) {
+    let (entry, tail) = (fresh_lines(trials), fresh_lines(trials));
+    let (progress_w, progress_r) = (
+        CachePadded::new(AtomicU64::new(0)),
+        CachePadded::new(AtomicU64::new(0)),
+    );
     let (store, load) = if weak {
         (Ordering::Relaxed, Ordering::Relaxed)
     } else {
@@ -39,24 +58,28 @@ fn message_passing(weak: bool, rounds: u64, cpus: CpuPair) -> (u64, u64) {
     std::thread::scope(|s| {
         s.spawn(|| {
             cpus.pin_a();
-            for k in 1..=rounds {
-                data.store(k, Ordering::Relaxed);
-                flag.store(k, store); // the publish; Release (strong) pairs with the reader's Acquire
+            for i in 0..trials {
+                lockstep(&progress_w, &progress_r, i);
+                entry[i].store(1, Ordering::Relaxed);
+                tail[i].store(1, store); // the publish; Release (strong) pairs with the reader's Acquire
             }
         });
         s.spawn(|| {
             cpus.pin_b();
-            let (mut seen, mut stale, mut last) = (0u64, 0u64, 0u64);
-            while last < rounds {
-                let f = flag.load(load); // Acquire (strong) pairs with the writer's Release
-                let d = data.load(Ordering::Relaxed);
-                if f != last {
+            let (mut seen, mut stale) = (0u64, 0u64);
+            for i in 0..trials {
+                lockstep(&progress_r, &progress_w, i);
+                // Give the writer a moment to get its stores going, then race it.
+                for _ in 0..(i % 8) {
+                    spin_loop();
+                }
+                let t = tail[i].load(load); // Acquire (strong) pairs with the writer's Release
+                let e = entry[i].load(Ordering::Relaxed);
+                if t == 1 {
                     seen += 1;
-                    // data is written before flag, so data >= flag unless ordering broke.
-                    if d < f {
+                    if e == 0 {
                         stale += 1;
                     }
-                    last = f;
                 }
             }
             (seen, stale)
@@ -85,8 +108,6 @@ fn store_buffering(variant: SbVariant, trials: usize, cpus: CpuPair) -> u64 {
         .collect();
     let producer_saw: Vec<AtomicU32> = (0..trials).map(|_| AtomicU32::new(9)).collect();
     let consumer_saw: Vec<AtomicU32> = (0..trials).map(|_| AtomicU32::new(9)).collect();
-    // Lock-step progress so both sides hit trial i at about the same moment. Release/Acquire
-    // on x86 adds no fence, so the handshake cannot hide the reordering under test.
     let progress_p = CachePadded::new(AtomicU64::new(0));
     let progress_c = CachePadded::new(AtomicU64::new(0));
     let (st, ld) = match variant {
@@ -101,10 +122,7 @@ fn store_buffering(variant: SbVariant, trials: usize, cpus: CpuPair) -> u64 {
                 load_from: &[CachePadded<AtomicU32>],
                 saw: &[AtomicU32]| {
         for i in 0..trials {
-            mine.store(i as u64 + 1, Ordering::Release); // pairs with the peer's Acquire wait
-            while theirs.load(Ordering::Acquire) < i as u64 + 1 {
-                spin_loop();
-            }
+            lockstep(mine, theirs, i);
             store_to[i].store(1, st); // producer: publish tail / consumer: set "sleeping"
             if fenced {
                 // The handshake's fence: orders the store above before the load below
@@ -136,7 +154,6 @@ fn main() {
         LabArgs::parse("06_memory_ordering: message-passing and store-buffering litmus tests");
     let cpus = CpuPair::pick();
     print_header("06 memory ordering");
-    let rounds: u64 = args.pick(5_000_000, 100_000);
     // Two 128-byte lines per trial: 500 k trials = 128 MB.
     let trials: usize = args.pick(500_000, 10_000);
 
@@ -148,7 +165,7 @@ fn main() {
         "meaning",
     ]);
     for weak in [true, false] {
-        let (seen, stale) = message_passing(weak, rounds, cpus);
+        let (seen, stale) = message_passing(weak, trials, cpus);
         table.row(vec![
             "MP (ring publish: entry, then tail)".into(),
             if weak {
@@ -156,7 +173,7 @@ fn main() {
             } else {
                 "Release / Acquire".into()
             },
-            format!("{seen} tail changes seen"),
+            format!("{trials} ({seen} saw the new tail)"),
             format!("{stale} stale entries"),
             if weak {
                 "allowed by the language; x86-TSO never shows it (see text); loom does".into()

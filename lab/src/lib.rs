@@ -9,10 +9,12 @@
 pub mod affinity;
 pub mod arena;
 pub mod args;
+pub mod cacheline;
 pub mod eventfd;
 pub mod futex;
 pub mod machine;
 pub mod pair;
 pub mod report;
 pub mod shm;
+pub mod shm_ring;
 pub mod stats;

@@ -12,13 +12,13 @@
 //!
 //! Each sample is one round trip timed with one `Instant::now()` (its cost is printed).
 
-use std::hint::spin_loop;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use nerva_lab::affinity::CpuPair;
 use nerva_lab::args::LabArgs;
+use nerva_lab::cacheline::{cache_line_round_trips, spin_until};
 use nerva_lab::eventfd::EventFd;
 use nerva_lab::futex;
 use nerva_lab::machine::print_header;
@@ -30,7 +30,6 @@ use nerva_lab::stats::{Summary, clock_overhead_ns, summarize};
 /// The state both parties touch; all-zero is the initial state, so a fresh memfd is ready.
 #[repr(C)]
 struct Mailboxes {
-    line: CachePadded<AtomicU64>,
     ping: CachePadded<AtomicU64>,
     pong: CachePadded<AtomicU64>,
     fping: CachePadded<AtomicU32>,
@@ -56,13 +55,6 @@ impl Mechanism {
     }
 }
 
-fn spin_until(word: &AtomicU64, value: u64) {
-    // Acquire pairs with the peer's Release store of `value`.
-    while word.load(Ordering::Acquire) != value {
-        spin_loop();
-    }
-}
-
 fn futex_until(word: &AtomicU32, value: u32, private: bool) {
     // Acquire pairs with the peer's Release store; the kernel re-checks `word` under its lock,
     // so a store + wake between our load and the sleep cannot be lost.
@@ -83,6 +75,9 @@ fn measure(
     rounds: u64,
     warmup: u64,
 ) -> Summary {
+    if mech == Mechanism::BusyOneLine {
+        return cache_line_round_trips(placement, cpus, rounds, warmup).expect("ping-pong run");
+    }
     let region = SharedRegion::new("lab04", size_of::<Mailboxes>()).expect("memfd");
     // SAFETY: `Mailboxes` is atomics only (all-zero valid), accessed only through atomics.
     let mb: &Mailboxes = unsafe { region.at(0) };
@@ -98,11 +93,7 @@ fn measure(
         let mut prev = Instant::now();
         for k in 1..=total {
             match mech {
-                Mechanism::BusyOneLine => {
-                    // Release pairs with B's Acquire spin on the same word.
-                    mb.line.store(2 * k - 1, Ordering::Release);
-                    spin_until(&mb.line, 2 * k);
-                }
+                Mechanism::BusyOneLine => unreachable!("measured by cache_line_round_trips"),
                 Mechanism::BusyTwoLines => {
                     mb.ping.store(k, Ordering::Release); // pairs with B's Acquire spin on ping
                     spin_until(&mb.pong, k);
@@ -128,10 +119,7 @@ fn measure(
     let responder = || {
         for k in 1..=total {
             match mech {
-                Mechanism::BusyOneLine => {
-                    spin_until(&mb.line, 2 * k - 1);
-                    mb.line.store(2 * k, Ordering::Release); // pairs with A's Acquire spin
-                }
+                Mechanism::BusyOneLine => unreachable!("measured by cache_line_round_trips"),
                 Mechanism::BusyTwoLines => {
                     spin_until(&mb.ping, k);
                     mb.pong.store(k, Ordering::Release); // pairs with A's Acquire spin on pong

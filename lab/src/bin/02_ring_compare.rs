@@ -1,0 +1,420 @@
+//! 02 — nerva-rings' SPSC ring vs `rtrb` vs `crossbeam_queue::ArrayQueue`, 64-byte entries.
+//!
+//! Throughput: a producer thread moves N `Descriptor`s (64 B) to a consumer thread through a
+//! queue of 1024 slots; the consumer checks every sequence number and times first to last entry.
+//! Our ring runs in a memfd mapping (as in a client segment) with single push/pop and with
+//! batches of 32 published by one store (`push_slice` / `consume`); rtrb with push/pop and with
+//! its slice API (`push_partial_slice` / `pop_partial_slice`); ArrayQueue (MPMC, CAS per op).
+//!
+//! Ping-pong: A sends an entry, B echoes it on a second queue; one sample per round trip. Our
+//! ring also across two processes sharing the memfd. rtrb and ArrayQueue cannot: they live on
+//! the heap of one process and hold pointers (`Arc`, `Box<[T]>`), meaningless in another address
+//! space. The busy-poll cache-line round trip (experiment 04's reference) is measured in the
+//! same run, so the acceptance ratio compares numbers taken under the same conditions.
+
+use std::hint::spin_loop;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_queue::ArrayQueue;
+use nerva_lab::affinity::CpuPair;
+use nerva_lab::args::LabArgs;
+use nerva_lab::cacheline::cache_line_round_trips;
+use nerva_lab::machine::print_header;
+use nerva_lab::pair::{Placement, run_pair};
+use nerva_lab::report::{Table, f};
+use nerva_lab::shm_ring::SharedRings;
+use nerva_lab::stats::{Summary, median_f64, summarize};
+use nerva_rings::Descriptor;
+
+const CAPACITY: u32 = 1024;
+const BATCH: usize = 32;
+
+const _: () = assert!(size_of::<Descriptor>() == 64);
+
+fn entry(seq: u64) -> Descriptor {
+    Descriptor::nop(seq, !seq)
+}
+
+/// Consumer-side bookkeeping: checks order, times first to last entry.
+struct Tally {
+    expected: u64,
+    start: Option<Instant>,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Self { expected: 0, start: None }
+    }
+
+    #[inline]
+    fn take(&mut self, d: &Descriptor) {
+        if self.start.is_none() {
+            self.start = Some(Instant::now());
+        }
+        // Lost, duplicated or reordered entries would make the throughput figure a lie.
+        assert_eq!(d.tag(), self.expected, "entry out of sequence");
+        self.expected += 1;
+    }
+
+    /// Million entries per second over the `n - 1` intervals after the first entry.
+    fn rate(&self, n: u64) -> f64 {
+        let secs = self.start.map_or(f64::NAN, |s| s.elapsed().as_secs_f64());
+        (n - 1) as f64 / secs / 1e6
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    Ours,
+    OursBatched,
+    Rtrb,
+    RtrbSlices,
+    ArrayQueue,
+}
+
+impl Queue {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Ours => "nerva-rings push/pop",
+            Self::OursBatched => "nerva-rings batch 32 (push_slice/consume)",
+            Self::Rtrb => "rtrb push/pop",
+            Self::RtrbSlices => "rtrb batch 32 (push/pop_partial_slice)",
+            Self::ArrayQueue => "crossbeam ArrayQueue push/pop",
+        }
+    }
+}
+
+fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
+    match queue {
+        Queue::Ours | Queue::OursBatched => {
+            let rings = SharedRings::<Descriptor>::new(1, CAPACITY).expect("shared ring");
+            let batched = queue == Queue::OursBatched;
+            run_pair(
+                placement,
+                cpus,
+                || {
+                    let mut rx = rings.consumer(0).expect("consumer");
+                    let mut tally = Tally::new();
+                    while tally.expected < n {
+                        let got = if batched {
+                            rx.consume(BATCH, |d| tally.take(&d)).expect("ring corrupt")
+                        } else {
+                            match rx.pop().expect("ring corrupt") {
+                                Some(d) => {
+                                    tally.take(&d);
+                                    1
+                                }
+                                None => 0,
+                            }
+                        };
+                        if got == 0 {
+                            spin_loop();
+                        }
+                    }
+                    tally.rate(n)
+                },
+                || {
+                    let mut tx = rings.producer(0).expect("producer");
+                    if batched {
+                        let mut next = 0;
+                        while next < n {
+                            let len = (n - next).min(BATCH as u64);
+                            let batch: [Descriptor; BATCH] = std::array::from_fn(|i| entry(next + i as u64));
+                            let mut off = 0;
+                            while off < len as usize {
+                                let k = tx.push_slice(&batch[off..len as usize]).expect("ring corrupt");
+                                if k == 0 {
+                                    spin_loop();
+                                }
+                                off += k;
+                            }
+                            next += len;
+                        }
+                    } else {
+                        for seq in 0..n {
+                            let mut d = entry(seq);
+                            while let Err(e) = tx.push(d) {
+                                d = e.into_inner();
+                                spin_loop();
+                            }
+                        }
+                    }
+                },
+            )
+            .expect("run")
+        }
+        Queue::Rtrb | Queue::RtrbSlices => {
+            let (mut tx, mut rx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
+            let sliced = queue == Queue::RtrbSlices;
+            run_pair(
+                Placement::Threads,
+                cpus,
+                move || {
+                    let mut tally = Tally::new();
+                    let mut buf = [Descriptor::default(); BATCH];
+                    while tally.expected < n {
+                        let got = if sliced {
+                            let (popped, _) = rx.pop_partial_slice(&mut buf);
+                            popped.iter().for_each(|d| tally.take(d));
+                            popped.len()
+                        } else {
+                            match rx.pop() {
+                                Ok(d) => {
+                                    tally.take(&d);
+                                    1
+                                }
+                                Err(_) => 0,
+                            }
+                        };
+                        if got == 0 {
+                            spin_loop();
+                        }
+                    }
+                    tally.rate(n)
+                },
+                move || {
+                    if sliced {
+                        let mut next = 0;
+                        while next < n {
+                            let len = (n - next).min(BATCH as u64);
+                            let batch: [Descriptor; BATCH] = std::array::from_fn(|i| entry(next + i as u64));
+                            let mut rest = &batch[..len as usize];
+                            while !rest.is_empty() {
+                                let (pushed, left) = tx.push_partial_slice(rest);
+                                if pushed.is_empty() {
+                                    spin_loop();
+                                }
+                                rest = left;
+                            }
+                            next += len;
+                        }
+                    } else {
+                        for seq in 0..n {
+                            let mut d = entry(seq);
+                            while let Err(rtrb::PushError::Full(back)) = tx.push(d) {
+                                d = back;
+                                spin_loop();
+                            }
+                        }
+                    }
+                },
+            )
+            .expect("run")
+        }
+        Queue::ArrayQueue => {
+            let q = Arc::new(ArrayQueue::<Descriptor>::new(CAPACITY as usize));
+            let (qc, qp) = (q.clone(), q);
+            run_pair(
+                Placement::Threads,
+                cpus,
+                move || {
+                    let mut tally = Tally::new();
+                    while tally.expected < n {
+                        match qc.pop() {
+                            Some(d) => tally.take(&d),
+                            None => spin_loop(),
+                        }
+                    }
+                    tally.rate(n)
+                },
+                move || {
+                    for seq in 0..n {
+                        let mut d = entry(seq);
+                        while let Err(back) = qp.push(d) {
+                            d = back;
+                            spin_loop();
+                        }
+                    }
+                },
+            )
+            .expect("run")
+        }
+    }
+}
+
+/// A: send seq on the forward queue, spin for its echo; B: echo. One sample per round trip.
+fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> Summary {
+    let warmup = rounds / 10;
+    let total = rounds + warmup;
+    // Generic over how a side sends and receives, so every queue runs the identical loop.
+    fn initiator(total: u64, warmup: u64, mut send: impl FnMut(Descriptor), mut recv: impl FnMut() -> Option<Descriptor>) -> Summary {
+        let mut samples = Vec::with_capacity((total - warmup) as usize);
+        let mut prev = Instant::now();
+        for seq in 0..total {
+            send(entry(seq));
+            let back = loop {
+                match recv() {
+                    Some(d) => break d,
+                    None => spin_loop(),
+                }
+            };
+            assert_eq!(back.tag(), seq, "echo out of sequence");
+            let now = Instant::now();
+            if seq >= warmup {
+                samples.push(now.duration_since(prev).as_nanos() as u64);
+            }
+            prev = now;
+        }
+        summarize(&mut samples)
+    }
+    fn responder(total: u64, mut send: impl FnMut(Descriptor), mut recv: impl FnMut() -> Option<Descriptor>) {
+        for _ in 0..total {
+            let d = loop {
+                match recv() {
+                    Some(d) => break d,
+                    None => spin_loop(),
+                }
+            };
+            send(d);
+        }
+    }
+    match queue {
+        Queue::Ours | Queue::OursBatched => {
+            let rings = SharedRings::<Descriptor>::new(2, CAPACITY).expect("shared rings");
+            run_pair(
+                placement,
+                cpus,
+                || {
+                    let (mut tx, mut rx) = (rings.producer(0).expect("tx"), rings.consumer(1).expect("rx"));
+                    initiator(
+                        total,
+                        warmup,
+                        |d| tx.push(d).expect("ping ring cannot be full"),
+                        || rx.pop().expect("ring corrupt"),
+                    )
+                },
+                || {
+                    let (mut tx, mut rx) = (rings.producer(1).expect("tx"), rings.consumer(0).expect("rx"));
+                    responder(total, |d| tx.push(d).expect("pong ring cannot be full"), || rx.pop().expect("ring corrupt"));
+                },
+            )
+            .expect("run")
+        }
+        Queue::Rtrb | Queue::RtrbSlices => {
+            let (mut atx, mut brx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
+            let (mut btx, mut arx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
+            run_pair(
+                Placement::Threads,
+                cpus,
+                move || initiator(total, warmup, |d| atx.push(d).expect("cannot be full"), || arx.pop().ok()),
+                move || responder(total, |d| btx.push(d).expect("cannot be full"), || brx.pop().ok()),
+            )
+            .expect("run")
+        }
+        Queue::ArrayQueue => {
+            let (ab, ba) = (Arc::new(ArrayQueue::new(CAPACITY as usize)), Arc::new(ArrayQueue::new(CAPACITY as usize)));
+            let (ab2, ba2) = (ab.clone(), ba.clone());
+            run_pair(
+                Placement::Threads,
+                cpus,
+                move || initiator(total, warmup, |d| ab.push(d).expect("cannot be full"), || ba.pop()),
+                move || responder(total, |d| ba2.push(d).expect("cannot be full"), || ab2.pop()),
+            )
+            .expect("run")
+        }
+    }
+}
+
+fn main() {
+    let args = LabArgs::parse("02_ring_compare: nerva-rings vs rtrb vs crossbeam ArrayQueue, 64-byte entries");
+    let cpus = CpuPair::pick();
+    print_header("02 ring compare");
+    let n: u64 = args.pick(10_000_000, 200_000);
+    let reps = args.pick(3, 1);
+    let rounds: u64 = args.pick(500_000, 10_000);
+
+    let tp = |queue: Queue, placement: Placement| {
+        let mut v: Vec<f64> = (0..reps).map(|_| throughput(queue, placement, cpus, n)).collect();
+        median_f64(&mut v)
+    };
+    let rows: Vec<(Queue, Placement)> = vec![
+        (Queue::Ours, Placement::Threads),
+        (Queue::OursBatched, Placement::Threads),
+        (Queue::Rtrb, Placement::Threads),
+        (Queue::RtrbSlices, Placement::Threads),
+        (Queue::ArrayQueue, Placement::Threads),
+        (Queue::Ours, Placement::Processes),
+        (Queue::OursBatched, Placement::Processes),
+    ];
+    let tps: Vec<f64> = rows.iter().map(|&(q, p)| tp(q, p)).collect();
+    let lat: Vec<(Queue, Placement, Summary)> = [
+        (Queue::Ours, Placement::Threads),
+        (Queue::Ours, Placement::Processes),
+        (Queue::Rtrb, Placement::Threads),
+        (Queue::ArrayQueue, Placement::Threads),
+    ]
+    .into_iter()
+    .map(|(q, p)| (q, p, ping_pong(q, p, cpus, rounds)))
+    .collect();
+    let line_threads = cache_line_round_trips(Placement::Threads, cpus, rounds, rounds / 10).expect("cache line run");
+    let line_procs = cache_line_round_trips(Placement::Processes, cpus, rounds, rounds / 10).expect("cache line run");
+
+    let rtrb_tp = tps[2];
+    let rtrb_slices_tp = tps[3];
+    let ours_proc_p50 = lat[1].2.p50 as f64;
+    println!(
+        "{n} entries per throughput run (median of {reps}), {rounds} round trips per ping-pong, {CAPACITY} slots, \
+         cpus {} and {}{}.",
+        cpus.a,
+        cpus.b,
+        if cpus.shared() { " (ONE cpu!)" } else { "" }
+    );
+    println!();
+    println!("Acceptance (issue 2):");
+    println!(
+        "- push/pop throughput ≥ rtrb push/pop: {} ({} vs {} M/s)",
+        if tps[0] >= rtrb_tp { "HOLDS" } else { "FAILS" },
+        f(tps[0], 1),
+        f(rtrb_tp, 1)
+    );
+    println!(
+        "- batched throughput ≥ rtrb (push/pop and slices): {} ({} vs {} / {} M/s)",
+        if tps[1] >= rtrb_tp && tps[1] >= rtrb_slices_tp { "HOLDS" } else { "FAILS" },
+        f(tps[1], 1),
+        f(rtrb_tp, 1),
+        f(rtrb_slices_tp, 1)
+    );
+    println!(
+        "- cross-process ping-pong p50 ≤ 2 × cache-line round trip across processes: {} ({} ns vs 2 × {} ns; ratio {})",
+        if ours_proc_p50 <= 2.0 * line_procs.p50 as f64 { "HOLDS" } else { "FAILS" },
+        lat[1].2.p50,
+        line_procs.p50,
+        f(ours_proc_p50 / line_procs.p50 as f64, 2)
+    );
+    println!();
+
+    let mut table = Table::new(&["queue", "placement", "throughput M entries/s", "vs rtrb push/pop", "round trip p50 ns", "p99 ns", "p99.9 ns"]);
+    for (i, &(q, p)) in rows.iter().enumerate() {
+        let latency = lat.iter().find(|(lq, lp, _)| *lq == q && *lp == p).map(|(_, _, s)| *s);
+        let cells = |s: Option<Summary>| match s {
+            Some(s) => [s.p50.to_string(), s.p99.to_string(), s.p999.to_string()],
+            None => ["—".to_owned(), "—".to_owned(), "—".to_owned()],
+        };
+        let [p50, p99, p999] = cells(latency);
+        table.row(vec![q.label().into(), p.label().into(), f(tps[i], 1), format!("{}x", f(tps[i] / rtrb_tp, 2)), p50, p99, p999]);
+    }
+    for q in [Queue::Rtrb, Queue::ArrayQueue] {
+        table.row(vec![
+            q.label().into(),
+            "processes".into(),
+            "impossible: heap + pointers".into(),
+            "—".into(),
+            "—".into(),
+            "—".into(),
+            "—".into(),
+        ]);
+    }
+    for (label, s) in [("threads", line_threads), ("processes", line_procs)] {
+        table.row(vec![
+            "reference: one cache line, busy-poll (04)".into(),
+            label.into(),
+            "—".into(),
+            "—".into(),
+            s.p50.to_string(),
+            s.p99.to_string(),
+            s.p999.to_string(),
+        ]);
+    }
+    table.print();
+}

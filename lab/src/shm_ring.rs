@@ -24,7 +24,8 @@ pub struct SharedRings<T: Pod> {
     count: usize,
     capacity: u32,
     stride: usize,
-    _entries: std::marker::PhantomData<T>,
+    // `fn() -> T`: the rings hand out `T`s (which are `Send` as `Pod`), they do not share them.
+    _entries: std::marker::PhantomData<fn() -> T>,
 }
 
 impl<T: Pod> SharedRings<T> {

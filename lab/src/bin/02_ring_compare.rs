@@ -36,6 +36,70 @@ fn entry(seq: u64) -> Descriptor {
     Descriptor::nop(seq, !seq)
 }
 
+/// A 64-byte ring entry that carries a sequence number. The ring copies entries with one
+/// `read_volatile::<T>`, which LLVM lowers per *field* of `T`: `Descriptor` (17 fields) becomes
+/// 17 loads per entry. The two probe types below have the same size and alignment but 8 and
+/// 4 fields, to measure what the copy width costs on the very same ring code.
+trait Entry: nerva_rings::Pod + Default {
+    fn with_seq(seq: u64) -> Self;
+    fn seq(&self) -> u64;
+}
+
+impl Entry for Descriptor {
+    fn with_seq(seq: u64) -> Self {
+        entry(seq)
+    }
+    fn seq(&self) -> u64 {
+        self.tag()
+    }
+}
+
+/// Eight u64 words: a volatile copy is 8 loads.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct Words8([u64; 8]);
+
+// SAFETY: plain integers, no padding (64 bytes of u64), any bit pattern valid, no pointers.
+unsafe impl nerva_rings::Pod for Words8 {}
+
+impl Entry for Words8 {
+    fn with_seq(seq: u64) -> Self {
+        Self([seq, !seq, 0, 0, 0, 0, 0, 0])
+    }
+    fn seq(&self) -> u64 {
+        self.0[0]
+    }
+}
+
+/// Four 16-byte SSE vectors: a volatile copy is 4 loads (SSE2 is baseline on x86-64).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Vectors4([core::arch::x86_64::__m128i; 4]);
+
+#[cfg(target_arch = "x86_64")]
+impl Default for Vectors4 {
+    fn default() -> Self {
+        Self::with_seq(0)
+    }
+}
+
+// SAFETY: SIMD integer vectors accept every bit pattern; 64 bytes, no padding, no pointers.
+#[cfg(target_arch = "x86_64")]
+unsafe impl nerva_rings::Pod for Vectors4 {}
+
+#[cfg(target_arch = "x86_64")]
+impl Entry for Vectors4 {
+    fn with_seq(seq: u64) -> Self {
+        // SAFETY: `[u64; 8]` and `[__m128i; 4]` have the same size; every bit pattern is valid.
+        Self(unsafe { std::mem::transmute::<[u64; 8], [core::arch::x86_64::__m128i; 4]>([seq, !seq, 0, 0, 0, 0, 0, 0]) })
+    }
+    fn seq(&self) -> u64 {
+        // SAFETY: as above, the other way round.
+        unsafe { std::mem::transmute::<[core::arch::x86_64::__m128i; 4], [u64; 8]>(self.0)[0] }
+    }
+}
+
 /// Consumer-side bookkeeping: checks order, times first to last entry.
 struct Tally {
     expected: u64,
@@ -48,12 +112,12 @@ impl Tally {
     }
 
     #[inline]
-    fn take(&mut self, d: &Descriptor) {
+    fn take<E: Entry>(&mut self, d: &E) {
         if self.start.is_none() {
             self.start = Some(Instant::now());
         }
         // Lost, duplicated or reordered entries would make the throughput figure a lie.
-        assert_eq!(d.tag(), self.expected, "entry out of sequence");
+        assert_eq!(d.seq(), self.expected, "entry out of sequence");
         self.expected += 1;
     }
 
@@ -67,6 +131,8 @@ impl Tally {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Queue {
     Ours,
+    OursWords8,
+    OursVectors4,
     OursBatched,
     Rtrb,
     RtrbSlices,
@@ -77,6 +143,8 @@ impl Queue {
     fn label(self) -> &'static str {
         match self {
             Self::Ours => "nerva-rings push/pop",
+            Self::OursWords8 => "nerva-rings push/pop, probe entry [u64; 8]",
+            Self::OursVectors4 => "nerva-rings push/pop, probe entry 4 x __m128i",
             Self::OursBatched => "nerva-rings batch 32 (push_slice/consume)",
             Self::Rtrb => "rtrb push/pop",
             Self::RtrbSlices => "rtrb batch 32 (push/pop_partial_slice)",
@@ -85,11 +153,8 @@ impl Queue {
     }
 }
 
-fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
-    match queue {
-        Queue::Ours | Queue::OursBatched => {
-            let rings = SharedRings::<Descriptor>::new(1, CAPACITY).expect("shared ring");
-            let batched = queue == Queue::OursBatched;
+fn ours_throughput<E: Entry>(batched: bool, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
+            let rings = SharedRings::<E>::new(1, CAPACITY).expect("shared ring");
             run_pair(
                 placement,
                 cpus,
@@ -120,7 +185,7 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                         let mut next = 0;
                         while next < n {
                             let len = (n - next).min(BATCH as u64);
-                            let batch: [Descriptor; BATCH] = std::array::from_fn(|i| entry(next + i as u64));
+                            let batch: [E; BATCH] = std::array::from_fn(|i| E::with_seq(next + i as u64));
                             let mut off = 0;
                             while off < len as usize {
                                 let k = tx.push_slice(&batch[off..len as usize]).expect("ring corrupt");
@@ -133,7 +198,7 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                         }
                     } else {
                         for seq in 0..n {
-                            let mut d = entry(seq);
+                            let mut d = E::with_seq(seq);
                             while let Err(e) = tx.push(d) {
                                 d = e.into_inner();
                                 spin_loop();
@@ -144,6 +209,15 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
             )
             .expect("run")
         }
+
+fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
+    match queue {
+        Queue::Ours | Queue::OursBatched => ours_throughput::<Descriptor>(queue == Queue::OursBatched, placement, cpus, n),
+        Queue::OursWords8 => ours_throughput::<Words8>(false, placement, cpus, n),
+        #[cfg(target_arch = "x86_64")]
+        Queue::OursVectors4 => ours_throughput::<Vectors4>(false, placement, cpus, n),
+        #[cfg(not(target_arch = "x86_64"))]
+        Queue::OursVectors4 => f64::NAN,
         Queue::Rtrb | Queue::RtrbSlices => {
             let (mut tx, mut rx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
             let sliced = queue == Queue::RtrbSlices;
@@ -270,7 +344,7 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
         }
     }
     match queue {
-        Queue::Ours | Queue::OursBatched => {
+        Queue::Ours | Queue::OursBatched | Queue::OursWords8 | Queue::OursVectors4 => {
             let rings = SharedRings::<Descriptor>::new(2, CAPACITY).expect("shared rings");
             run_pair(
                 placement,
@@ -317,15 +391,22 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
 }
 
 fn main() {
-    let args = LabArgs::parse("02_ring_compare: nerva-rings vs rtrb vs crossbeam ArrayQueue, 64-byte entries");
+    let args = LabArgs::parse_with(
+        "02_ring_compare: nerva-rings vs rtrb vs crossbeam ArrayQueue, 64-byte entries",
+        &[("--verbose", "print every repetition's throughput to stderr")],
+    );
     let cpus = CpuPair::pick();
     print_header("02 ring compare");
     let n: u64 = args.pick(10_000_000, 200_000);
-    let reps = args.pick(3, 1);
+    let reps = args.pick(5, 1);
     let rounds: u64 = args.pick(500_000, 10_000);
 
+    let verbose = args.has("--verbose");
     let tp = |queue: Queue, placement: Placement| {
         let mut v: Vec<f64> = (0..reps).map(|_| throughput(queue, placement, cpus, n)).collect();
+        if verbose {
+            eprintln!("{} / {}: {:?} M/s", queue.label(), placement.label(), v);
+        }
         median_f64(&mut v)
     };
     let rows: Vec<(Queue, Placement)> = vec![
@@ -336,6 +417,8 @@ fn main() {
         (Queue::ArrayQueue, Placement::Threads),
         (Queue::Ours, Placement::Processes),
         (Queue::OursBatched, Placement::Processes),
+        (Queue::OursWords8, Placement::Threads),
+        (Queue::OursVectors4, Placement::Threads),
     ];
     let tps: Vec<f64> = rows.iter().map(|&(q, p)| tp(q, p)).collect();
     let lat: Vec<(Queue, Placement, Summary)> = [

@@ -23,7 +23,12 @@ pub fn spin_until(word: &AtomicU64, value: u64) {
 
 /// `rounds` round trips over one shared line (A writes 2k+1, B answers 2k+2), after `warmup`
 /// unrecorded ones; one sample per round trip, timed with one `Instant::now()` each.
-pub fn cache_line_round_trips(placement: Placement, cpus: CpuPair, rounds: u64, warmup: u64) -> std::io::Result<Summary> {
+pub fn cache_line_round_trips(
+    placement: Placement,
+    cpus: CpuPair,
+    rounds: u64,
+    warmup: u64,
+) -> std::io::Result<Summary> {
     let region = SharedRegion::new("lab-line", size_of::<CachePadded<AtomicU64>>())?;
     // SAFETY: an atomic (all-zero valid), only ever accessed atomically by both parties.
     let line: &CachePadded<AtomicU64> = unsafe { region.at(0) };

@@ -32,12 +32,24 @@ impl<T: Pod> SharedRings<T> {
     /// Creates the mapping and initialises every ring header. Call before forking.
     pub fn new(count: usize, capacity: u32) -> io::Result<Self> {
         if count == 0 || count > MAX_RINGS || !capacity.is_power_of_two() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad ring count or capacity"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad ring count or capacity",
+            ));
         }
         let header = size_of::<RingHeader>().next_multiple_of(align_of::<T>());
         let stride = (header + SpscRing::<T>::slot_bytes(capacity)).next_multiple_of(128);
-        let region = Arc::new(SharedRegion::new("lab-rings", CLAIMS_BYTES + count * stride)?);
-        let rings = Self { region, count, capacity, stride, _entries: std::marker::PhantomData };
+        let region = Arc::new(SharedRegion::new(
+            "lab-rings",
+            CLAIMS_BYTES + count * stride,
+        )?);
+        let rings = Self {
+            region,
+            count,
+            capacity,
+            stride,
+            _entries: std::marker::PhantomData,
+        };
         for i in 0..count {
             // SAFETY: the header pointer is inside the fresh mapping, 128-byte aligned (page
             // aligned base + multiples of 128), and nobody else can see the mapping yet.
@@ -75,22 +87,40 @@ impl<T: Pod> SharedRings<T> {
     /// The producer half of ring `ring`, once per ring across all processes sharing the mapping.
     pub fn producer(&self, ring: usize) -> io::Result<Producer<T>> {
         if ring >= self.count || !self.claim(ring, 0) {
-            return Err(io::Error::other("producer already claimed (or no such ring)"));
+            return Err(io::Error::other(
+                "producer already claimed (or no such ring)",
+            ));
         }
         // SAFETY: header/slots point into the mapping, initialised in `new`, aligned; the half
         // holds an `Arc` of the mapping (the `owner`), so it stays mapped while the half lives;
         // the claim flag makes this the only producer of this ring in every process.
-        unsafe { SpscRing::producer_from_raw_parts(self.header(ring), self.slots(ring), self.capacity, Some(self.owner())) }
-            .map_err(|e| io::Error::other(e.to_string()))
+        unsafe {
+            SpscRing::producer_from_raw_parts(
+                self.header(ring),
+                self.slots(ring),
+                self.capacity,
+                Some(self.owner()),
+            )
+        }
+        .map_err(|e| io::Error::other(e.to_string()))
     }
 
     /// The consumer half of ring `ring`, once per ring across all processes sharing the mapping.
     pub fn consumer(&self, ring: usize) -> io::Result<Consumer<T>> {
         if ring >= self.count || !self.claim(ring, 1) {
-            return Err(io::Error::other("consumer already claimed (or no such ring)"));
+            return Err(io::Error::other(
+                "consumer already claimed (or no such ring)",
+            ));
         }
         // SAFETY: as in `producer`, with the consumer claim.
-        unsafe { SpscRing::consumer_from_raw_parts(self.header(ring), self.slots(ring), self.capacity, Some(self.owner())) }
-            .map_err(|e| io::Error::other(e.to_string()))
+        unsafe {
+            SpscRing::consumer_from_raw_parts(
+                self.header(ring),
+                self.slots(ring),
+                self.capacity,
+                Some(self.owner()),
+            )
+        }
+        .map_err(|e| io::Error::other(e.to_string()))
     }
 }

@@ -28,7 +28,13 @@ use nerva_lab::stats::{Summary, median_f64, summarize};
 use nerva_rings::Descriptor;
 
 const CAPACITY: u32 = 1024;
+/// Largest batch; the batch used is `batch()` (32 unless `--batch8` is given).
 const BATCH: usize = 32;
+static BATCH_USED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(BATCH);
+
+fn batch() -> usize {
+    BATCH_USED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 const _: () = assert!(size_of::<Descriptor>() == 64);
 
@@ -92,7 +98,11 @@ unsafe impl nerva_rings::Pod for Vectors4 {}
 impl Entry for Vectors4 {
     fn with_seq(seq: u64) -> Self {
         // SAFETY: `[u64; 8]` and `[__m128i; 4]` have the same size; every bit pattern is valid.
-        Self(unsafe { std::mem::transmute::<[u64; 8], [core::arch::x86_64::__m128i; 4]>([seq, !seq, 0, 0, 0, 0, 0, 0]) })
+        Self(unsafe {
+            std::mem::transmute::<[u64; 8], [core::arch::x86_64::__m128i; 4]>([
+                seq, !seq, 0, 0, 0, 0, 0, 0,
+            ])
+        })
     }
     fn seq(&self) -> u64 {
         // SAFETY: as above, the other way round.
@@ -108,7 +118,10 @@ struct Tally {
 
 impl Tally {
     fn new() -> Self {
-        Self { expected: 0, start: None }
+        Self {
+            expected: 0,
+            start: None,
+        }
     }
 
     #[inline]
@@ -118,6 +131,10 @@ impl Tally {
         }
         // Lost, duplicated or reordered entries would make the throughput figure a lie.
         assert_eq!(d.seq(), self.expected, "entry out of sequence");
+        // A real consumer uses the whole entry: without this, a queue that copies with a plain
+        // `ptr::read` gets its 60 unused bytes optimised away, one that copies with a volatile
+        // read does not, and the comparison would not be like for like.
+        std::hint::black_box(d);
         self.expected += 1;
     }
 
@@ -133,7 +150,10 @@ enum Queue {
     Ours,
     OursWords8,
     OursVectors4,
+    OursHeap,
     OursBatched,
+    OursBatchedWords8,
+    OursBatchedVectors4,
     Rtrb,
     RtrbSlices,
     ArrayQueue,
@@ -145,6 +165,9 @@ impl Queue {
             Self::Ours => "nerva-rings push/pop",
             Self::OursWords8 => "nerva-rings push/pop, probe entry [u64; 8]",
             Self::OursVectors4 => "nerva-rings push/pop, probe entry 4 x __m128i",
+            Self::OursHeap => "nerva-rings push/pop, heap ring (with_capacity)",
+            Self::OursBatchedWords8 => "nerva-rings batch 32, probe entry [u64; 8]",
+            Self::OursBatchedVectors4 => "nerva-rings batch 32, probe entry 4 x __m128i",
             Self::OursBatched => "nerva-rings batch 32 (push_slice/consume)",
             Self::Rtrb => "rtrb push/pop",
             Self::RtrbSlices => "rtrb batch 32 (push/pop_partial_slice)",
@@ -153,67 +176,96 @@ impl Queue {
     }
 }
 
-fn ours_throughput<E: Entry>(batched: bool, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
-            let rings = SharedRings::<E>::new(1, CAPACITY).expect("shared ring");
-            run_pair(
-                placement,
-                cpus,
-                || {
-                    let mut rx = rings.consumer(0).expect("consumer");
-                    let mut tally = Tally::new();
-                    while tally.expected < n {
-                        let got = if batched {
-                            rx.consume(BATCH, |d| tally.take(&d)).expect("ring corrupt")
-                        } else {
-                            match rx.pop().expect("ring corrupt") {
-                                Some(d) => {
-                                    tally.take(&d);
-                                    1
-                                }
-                                None => 0,
-                            }
-                        };
-                        if got == 0 {
-                            spin_loop();
-                        }
-                    }
-                    tally.rate(n)
-                },
-                || {
-                    let mut tx = rings.producer(0).expect("producer");
-                    if batched {
-                        let mut next = 0;
-                        while next < n {
-                            let len = (n - next).min(BATCH as u64);
-                            let batch: [E; BATCH] = std::array::from_fn(|i| E::with_seq(next + i as u64));
-                            let mut off = 0;
-                            while off < len as usize {
-                                let k = tx.push_slice(&batch[off..len as usize]).expect("ring corrupt");
-                                if k == 0 {
-                                    spin_loop();
-                                }
-                                off += k;
-                            }
-                            next += len;
-                        }
-                    } else {
-                        for seq in 0..n {
-                            let mut d = E::with_seq(seq);
-                            while let Err(e) = tx.push(d) {
-                                d = e.into_inner();
-                                spin_loop();
-                            }
-                        }
-                    }
-                },
-            )
-            .expect("run")
+/// Consumer loop of the nerva-rings throughput runs; returns M entries/s.
+fn ours_consume<E: Entry>(rx: &mut nerva_rings::Consumer<E>, batched: bool, n: u64) -> f64 {
+    let mut tally = Tally::new();
+    while tally.expected < n {
+        let got = if batched {
+            rx.consume(batch(), |d| tally.take(&d))
+                .expect("ring corrupt")
+        } else {
+            match rx.pop().expect("ring corrupt") {
+                Some(d) => {
+                    tally.take(&d);
+                    1
+                }
+                None => 0,
+            }
+        };
+        if got == 0 {
+            spin_loop();
         }
+    }
+    tally.rate(n)
+}
+
+/// Producer loop of the nerva-rings throughput runs.
+fn ours_produce<E: Entry>(tx: &mut nerva_rings::Producer<E>, batched: bool, n: u64) {
+    if batched {
+        let mut next = 0;
+        while next < n {
+            let len = (n - next).min(batch() as u64);
+            let batch: [E; BATCH] = std::array::from_fn(|i| E::with_seq(next + i as u64));
+            let mut off = 0;
+            while off < len as usize {
+                let k = tx
+                    .push_slice(&batch[off..len as usize])
+                    .expect("ring corrupt");
+                if k == 0 {
+                    spin_loop();
+                }
+                off += k;
+            }
+            next += len;
+        }
+    } else {
+        for seq in 0..n {
+            let mut d = E::with_seq(seq);
+            while let Err(e) = tx.push(d) {
+                d = e.into_inner();
+                spin_loop();
+            }
+        }
+    }
+}
+
+/// nerva-rings in a memfd mapping (as in a client segment), threads or processes.
+fn ours_throughput<E: Entry>(batched: bool, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
+    let rings = SharedRings::<E>::new(1, CAPACITY).expect("shared ring");
+    run_pair(
+        placement,
+        cpus,
+        || ours_consume(&mut rings.consumer(0).expect("consumer"), batched, n),
+        || ours_produce(&mut rings.producer(0).expect("producer"), batched, n),
+    )
+    .expect("run")
+}
+
+/// nerva-rings on the heap (`SpscRing::with_capacity`), threads: isolates the memory placement.
+fn ours_heap_throughput(batched: bool, cpus: CpuPair, n: u64) -> f64 {
+    let (mut tx, mut rx) =
+        nerva_rings::SpscRing::<Descriptor>::with_capacity(CAPACITY).expect("ring");
+    run_pair(
+        Placement::Threads,
+        cpus,
+        move || ours_consume(&mut rx, batched, n),
+        move || ours_produce(&mut tx, batched, n),
+    )
+    .expect("run")
+}
 
 fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
     match queue {
-        Queue::Ours | Queue::OursBatched => ours_throughput::<Descriptor>(queue == Queue::OursBatched, placement, cpus, n),
+        Queue::Ours | Queue::OursBatched => {
+            ours_throughput::<Descriptor>(queue == Queue::OursBatched, placement, cpus, n)
+        }
         Queue::OursWords8 => ours_throughput::<Words8>(false, placement, cpus, n),
+        Queue::OursHeap => ours_heap_throughput(false, cpus, n),
+        Queue::OursBatchedWords8 => ours_throughput::<Words8>(true, placement, cpus, n),
+        #[cfg(target_arch = "x86_64")]
+        Queue::OursBatchedVectors4 => ours_throughput::<Vectors4>(true, placement, cpus, n),
+        #[cfg(not(target_arch = "x86_64"))]
+        Queue::OursBatchedVectors4 => f64::NAN,
         #[cfg(target_arch = "x86_64")]
         Queue::OursVectors4 => ours_throughput::<Vectors4>(false, placement, cpus, n),
         #[cfg(not(target_arch = "x86_64"))]
@@ -229,7 +281,7 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                     let mut buf = [Descriptor::default(); BATCH];
                     while tally.expected < n {
                         let got = if sliced {
-                            let (popped, _) = rx.pop_partial_slice(&mut buf);
+                            let (popped, _) = rx.pop_partial_slice(&mut buf[..batch()]);
                             popped.iter().for_each(|d| tally.take(d));
                             popped.len()
                         } else {
@@ -251,8 +303,9 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                     if sliced {
                         let mut next = 0;
                         while next < n {
-                            let len = (n - next).min(BATCH as u64);
-                            let batch: [Descriptor; BATCH] = std::array::from_fn(|i| entry(next + i as u64));
+                            let len = (n - next).min(batch() as u64);
+                            let batch: [Descriptor; BATCH] =
+                                std::array::from_fn(|i| entry(next + i as u64));
                             let mut rest = &batch[..len as usize];
                             while !rest.is_empty() {
                                 let (pushed, left) = tx.push_partial_slice(rest);
@@ -312,7 +365,12 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
     let warmup = rounds / 10;
     let total = rounds + warmup;
     // Generic over how a side sends and receives, so every queue runs the identical loop.
-    fn initiator(total: u64, warmup: u64, mut send: impl FnMut(Descriptor), mut recv: impl FnMut() -> Option<Descriptor>) -> Summary {
+    fn initiator(
+        total: u64,
+        warmup: u64,
+        mut send: impl FnMut(Descriptor),
+        mut recv: impl FnMut() -> Option<Descriptor>,
+    ) -> Summary {
         let mut samples = Vec::with_capacity((total - warmup) as usize);
         let mut prev = Instant::now();
         for seq in 0..total {
@@ -332,7 +390,11 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
         }
         summarize(&mut samples)
     }
-    fn responder(total: u64, mut send: impl FnMut(Descriptor), mut recv: impl FnMut() -> Option<Descriptor>) {
+    fn responder(
+        total: u64,
+        mut send: impl FnMut(Descriptor),
+        mut recv: impl FnMut() -> Option<Descriptor>,
+    ) {
         for _ in 0..total {
             let d = loop {
                 match recv() {
@@ -344,13 +406,22 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
         }
     }
     match queue {
-        Queue::Ours | Queue::OursBatched | Queue::OursWords8 | Queue::OursVectors4 => {
+        Queue::Ours
+        | Queue::OursBatched
+        | Queue::OursWords8
+        | Queue::OursVectors4
+        | Queue::OursHeap
+        | Queue::OursBatchedWords8
+        | Queue::OursBatchedVectors4 => {
             let rings = SharedRings::<Descriptor>::new(2, CAPACITY).expect("shared rings");
             run_pair(
                 placement,
                 cpus,
                 || {
-                    let (mut tx, mut rx) = (rings.producer(0).expect("tx"), rings.consumer(1).expect("rx"));
+                    let (mut tx, mut rx) = (
+                        rings.producer(0).expect("tx"),
+                        rings.consumer(1).expect("rx"),
+                    );
                     initiator(
                         total,
                         warmup,
@@ -359,8 +430,15 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
                     )
                 },
                 || {
-                    let (mut tx, mut rx) = (rings.producer(1).expect("tx"), rings.consumer(0).expect("rx"));
-                    responder(total, |d| tx.push(d).expect("pong ring cannot be full"), || rx.pop().expect("ring corrupt"));
+                    let (mut tx, mut rx) = (
+                        rings.producer(1).expect("tx"),
+                        rings.consumer(0).expect("rx"),
+                    );
+                    responder(
+                        total,
+                        |d| tx.push(d).expect("pong ring cannot be full"),
+                        || rx.pop().expect("ring corrupt"),
+                    );
                 },
             )
             .expect("run")
@@ -371,19 +449,48 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
             run_pair(
                 Placement::Threads,
                 cpus,
-                move || initiator(total, warmup, |d| atx.push(d).expect("cannot be full"), || arx.pop().ok()),
-                move || responder(total, |d| btx.push(d).expect("cannot be full"), || brx.pop().ok()),
+                move || {
+                    initiator(
+                        total,
+                        warmup,
+                        |d| atx.push(d).expect("cannot be full"),
+                        || arx.pop().ok(),
+                    )
+                },
+                move || {
+                    responder(
+                        total,
+                        |d| btx.push(d).expect("cannot be full"),
+                        || brx.pop().ok(),
+                    )
+                },
             )
             .expect("run")
         }
         Queue::ArrayQueue => {
-            let (ab, ba) = (Arc::new(ArrayQueue::new(CAPACITY as usize)), Arc::new(ArrayQueue::new(CAPACITY as usize)));
+            let (ab, ba) = (
+                Arc::new(ArrayQueue::new(CAPACITY as usize)),
+                Arc::new(ArrayQueue::new(CAPACITY as usize)),
+            );
             let (ab2, ba2) = (ab.clone(), ba.clone());
             run_pair(
                 Placement::Threads,
                 cpus,
-                move || initiator(total, warmup, |d| ab.push(d).expect("cannot be full"), || ba.pop()),
-                move || responder(total, |d| ba2.push(d).expect("cannot be full"), || ab2.pop()),
+                move || {
+                    initiator(
+                        total,
+                        warmup,
+                        |d| ab.push(d).expect("cannot be full"),
+                        || ba.pop(),
+                    )
+                },
+                move || {
+                    responder(
+                        total,
+                        |d| ba2.push(d).expect("cannot be full"),
+                        || ab2.pop(),
+                    )
+                },
             )
             .expect("run")
         }
@@ -393,8 +500,17 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
 fn main() {
     let args = LabArgs::parse_with(
         "02_ring_compare: nerva-rings vs rtrb vs crossbeam ArrayQueue, 64-byte entries",
-        &[("--verbose", "print every repetition's throughput to stderr")],
+        &[
+            ("--verbose", "print every repetition's throughput to stderr"),
+            (
+                "--batch8",
+                "batches of 8 instead of 32 (both rings; diagnostic)",
+            ),
+        ],
     );
+    if args.has("--batch8") {
+        BATCH_USED.store(8, std::sync::atomic::Ordering::Relaxed);
+    }
     let cpus = CpuPair::pick();
     print_header("02 ring compare");
     let n: u64 = args.pick(10_000_000, 200_000);
@@ -403,7 +519,9 @@ fn main() {
 
     let verbose = args.has("--verbose");
     let tp = |queue: Queue, placement: Placement| {
-        let mut v: Vec<f64> = (0..reps).map(|_| throughput(queue, placement, cpus, n)).collect();
+        let mut v: Vec<f64> = (0..reps)
+            .map(|_| throughput(queue, placement, cpus, n))
+            .collect();
         if verbose {
             eprintln!("{} / {}: {:?} M/s", queue.label(), placement.label(), v);
         }
@@ -419,6 +537,9 @@ fn main() {
         (Queue::OursBatched, Placement::Processes),
         (Queue::OursWords8, Placement::Threads),
         (Queue::OursVectors4, Placement::Threads),
+        (Queue::OursHeap, Placement::Threads),
+        (Queue::OursBatchedWords8, Placement::Threads),
+        (Queue::OursBatchedVectors4, Placement::Threads),
     ];
     let tps: Vec<f64> = rows.iter().map(|&(q, p)| tp(q, p)).collect();
     let lat: Vec<(Queue, Placement, Summary)> = [
@@ -430,8 +551,10 @@ fn main() {
     .into_iter()
     .map(|(q, p)| (q, p, ping_pong(q, p, cpus, rounds)))
     .collect();
-    let line_threads = cache_line_round_trips(Placement::Threads, cpus, rounds, rounds / 10).expect("cache line run");
-    let line_procs = cache_line_round_trips(Placement::Processes, cpus, rounds, rounds / 10).expect("cache line run");
+    let line_threads = cache_line_round_trips(Placement::Threads, cpus, rounds, rounds / 10)
+        .expect("cache line run");
+    let line_procs = cache_line_round_trips(Placement::Processes, cpus, rounds, rounds / 10)
+        .expect("cache line run");
 
     let rtrb_tp = tps[2];
     let rtrb_slices_tp = tps[3];
@@ -453,29 +576,56 @@ fn main() {
     );
     println!(
         "- batched throughput ≥ rtrb (push/pop and slices): {} ({} vs {} / {} M/s)",
-        if tps[1] >= rtrb_tp && tps[1] >= rtrb_slices_tp { "HOLDS" } else { "FAILS" },
+        if tps[1] >= rtrb_tp && tps[1] >= rtrb_slices_tp {
+            "HOLDS"
+        } else {
+            "FAILS"
+        },
         f(tps[1], 1),
         f(rtrb_tp, 1),
         f(rtrb_slices_tp, 1)
     );
     println!(
         "- cross-process ping-pong p50 ≤ 2 × cache-line round trip across processes: {} ({} ns vs 2 × {} ns; ratio {})",
-        if ours_proc_p50 <= 2.0 * line_procs.p50 as f64 { "HOLDS" } else { "FAILS" },
+        if ours_proc_p50 <= 2.0 * line_procs.p50 as f64 {
+            "HOLDS"
+        } else {
+            "FAILS"
+        },
         lat[1].2.p50,
         line_procs.p50,
         f(ours_proc_p50 / line_procs.p50 as f64, 2)
     );
     println!();
 
-    let mut table = Table::new(&["queue", "placement", "throughput M entries/s", "vs rtrb push/pop", "round trip p50 ns", "p99 ns", "p99.9 ns"]);
+    let mut table = Table::new(&[
+        "queue",
+        "placement",
+        "throughput M entries/s",
+        "vs rtrb push/pop",
+        "round trip p50 ns",
+        "p99 ns",
+        "p99.9 ns",
+    ]);
     for (i, &(q, p)) in rows.iter().enumerate() {
-        let latency = lat.iter().find(|(lq, lp, _)| *lq == q && *lp == p).map(|(_, _, s)| *s);
+        let latency = lat
+            .iter()
+            .find(|(lq, lp, _)| *lq == q && *lp == p)
+            .map(|(_, _, s)| *s);
         let cells = |s: Option<Summary>| match s {
             Some(s) => [s.p50.to_string(), s.p99.to_string(), s.p999.to_string()],
             None => ["—".to_owned(), "—".to_owned(), "—".to_owned()],
         };
         let [p50, p99, p999] = cells(latency);
-        table.row(vec![q.label().into(), p.label().into(), f(tps[i], 1), format!("{}x", f(tps[i] / rtrb_tp, 2)), p50, p99, p999]);
+        table.row(vec![
+            q.label().into(),
+            p.label().into(),
+            f(tps[i], 1),
+            format!("{}x", f(tps[i] / rtrb_tp, 2)),
+            p50,
+            p99,
+            p999,
+        ]);
     }
     for q in [Queue::Rtrb, Queue::ArrayQueue] {
         table.row(vec![

@@ -15,6 +15,7 @@ pub mod futex;
 pub mod machine;
 pub mod pair;
 pub mod report;
+pub mod ring_replica;
 pub mod shm;
 pub mod shm_ring;
 pub mod stats;

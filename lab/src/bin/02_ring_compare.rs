@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
 use nerva_lab::affinity::CpuPair;
 use nerva_lab::args::LabArgs;
 use nerva_lab::cacheline::cache_line_round_trips;
@@ -26,11 +27,28 @@ use nerva_lab::report::{Table, f};
 use nerva_lab::shm_ring::SharedRings;
 use nerva_lab::stats::{Summary, median_f64, summarize};
 use nerva_rings::Descriptor;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const CAPACITY: u32 = 1024;
 /// Largest batch; the batch used is `batch()` (32 unless `--batch8` is given).
 const BATCH: usize = 32;
 static BATCH_USED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(BATCH);
+
+/// Diagnostics for `--verbose`: how often the consumer found the queue empty and the producer
+/// found it full (which side waits tells which regime the queue ran in). Each counter on its own
+/// line, bumped only on the slow path.
+static EMPTY_SPINS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+static FULL_SPINS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+
+fn empty_spin() {
+    EMPTY_SPINS.fetch_add(1, Ordering::Relaxed);
+    spin_loop();
+}
+
+fn full_spin() {
+    FULL_SPINS.fetch_add(1, Ordering::Relaxed);
+    spin_loop();
+}
 
 fn batch() -> usize {
     BATCH_USED.load(std::sync::atomic::Ordering::Relaxed)
@@ -157,6 +175,8 @@ enum Queue {
     Rtrb,
     RtrbSlices,
     ArrayQueue,
+    /// Lab replica of the ring protocol (ablation): (wide copy, lazy release, inlined pop).
+    Replica(bool, bool, bool),
 }
 
 impl Queue {
@@ -168,6 +188,19 @@ impl Queue {
             Self::OursHeap => "nerva-rings push/pop, heap ring (with_capacity)",
             Self::OursBatchedWords8 => "nerva-rings batch 32, probe entry [u64; 8]",
             Self::OursBatchedVectors4 => "nerva-rings batch 32, probe entry 4 x __m128i",
+            Self::Replica(false, false, false) => {
+                "replica: as nerva-rings (field copy, release per pop, outlined pop)"
+            }
+            Self::Replica(false, false, true) => "replica: + inlined pop",
+            Self::Replica(true, false, true) => "replica: + inlined pop + 4 x 16 B copy",
+            Self::Replica(false, true, true) => "replica: + inlined pop + lazy release",
+            Self::Replica(true, true, true) => {
+                "replica: + inlined pop + 4 x 16 B copy + lazy release"
+            }
+            Self::Replica(true, true, false) => {
+                "replica: + 4 x 16 B copy + lazy release (outlined pop)"
+            }
+            Self::Replica(..) => "replica: other combination",
             Self::OursBatched => "nerva-rings batch 32 (push_slice/consume)",
             Self::Rtrb => "rtrb push/pop",
             Self::RtrbSlices => "rtrb batch 32 (push/pop_partial_slice)",
@@ -193,7 +226,7 @@ fn ours_consume<E: Entry>(rx: &mut nerva_rings::Consumer<E>, batched: bool, n: u
             }
         };
         if got == 0 {
-            spin_loop();
+            empty_spin();
         }
     }
     tally.rate(n)
@@ -212,7 +245,7 @@ fn ours_produce<E: Entry>(tx: &mut nerva_rings::Producer<E>, batched: bool, n: u
                     .push_slice(&batch[off..len as usize])
                     .expect("ring corrupt");
                 if k == 0 {
-                    spin_loop();
+                    full_spin();
                 }
                 off += k;
             }
@@ -223,7 +256,7 @@ fn ours_produce<E: Entry>(tx: &mut nerva_rings::Producer<E>, batched: bool, n: u
             let mut d = E::with_seq(seq);
             while let Err(e) = tx.push(d) {
                 d = e.into_inner();
-                spin_loop();
+                full_spin();
             }
         }
     }
@@ -243,8 +276,9 @@ fn ours_throughput<E: Entry>(batched: bool, placement: Placement, cpus: CpuPair,
 
 /// nerva-rings on the heap (`SpscRing::with_capacity`), threads: isolates the memory placement.
 fn ours_heap_throughput(batched: bool, cpus: CpuPair, n: u64) -> f64 {
-    let (mut tx, mut rx) =
-        nerva_rings::SpscRing::<Descriptor>::with_capacity(CAPACITY).expect("ring");
+    let (tx, rx) = nerva_rings::SpscRing::<Descriptor>::with_capacity(CAPACITY).expect("ring");
+    // Each half on its own 128-byte pair (see `replica_throughput`).
+    let (mut tx, mut rx) = (CachePadded::new(tx), CachePadded::new(rx));
     run_pair(
         Placement::Threads,
         cpus,
@@ -254,8 +288,50 @@ fn ours_heap_throughput(batched: bool, cpus: CpuPair, n: u64) -> f64 {
     .expect("run")
 }
 
+/// The ablation replica (lab/src/ring_replica.rs), threads, single push/pop.
+fn replica_throughput<const WIDE: bool, const LAZY: bool>(
+    inlined: bool,
+    cpus: CpuPair,
+    n: u64,
+) -> f64 {
+    let (tx, rx) = nerva_lab::ring_replica::replica::<Descriptor, WIDE, LAZY>(CAPACITY);
+    // Each half on its own 128-byte pair: the halves are moved into heap-allocated thread
+    // closures, and two halves' private indices on one line would be false sharing that
+    // measures the allocator, not the queue.
+    let (mut tx, mut rx) = (CachePadded::new(tx), CachePadded::new(rx));
+    run_pair(
+        Placement::Threads,
+        cpus,
+        move || {
+            let mut tally = Tally::new();
+            while tally.expected < n {
+                let got = if inlined { rx.pop() } else { rx.pop_outlined() };
+                match got {
+                    Some(d) => tally.take(&d),
+                    None => empty_spin(),
+                }
+            }
+            tally.rate(n)
+        },
+        move || {
+            for seq in 0..n {
+                let mut d = entry(seq);
+                while let Err(back) = tx.push(d) {
+                    d = back;
+                    full_spin();
+                }
+            }
+        },
+    )
+    .expect("run")
+}
+
 fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
     match queue {
+        Queue::Replica(false, false, inl) => replica_throughput::<false, false>(inl, cpus, n),
+        Queue::Replica(true, false, inl) => replica_throughput::<true, false>(inl, cpus, n),
+        Queue::Replica(false, true, inl) => replica_throughput::<false, true>(inl, cpus, n),
+        Queue::Replica(true, true, inl) => replica_throughput::<true, true>(inl, cpus, n),
         Queue::Ours | Queue::OursBatched => {
             ours_throughput::<Descriptor>(queue == Queue::OursBatched, placement, cpus, n)
         }
@@ -271,7 +347,9 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
         #[cfg(not(target_arch = "x86_64"))]
         Queue::OursVectors4 => f64::NAN,
         Queue::Rtrb | Queue::RtrbSlices => {
-            let (mut tx, mut rx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
+            let (tx, rx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
+            // Each half on its own 128-byte pair (see `ours_heap_throughput`).
+            let (mut tx, mut rx) = (CachePadded::new(tx), CachePadded::new(rx));
             let sliced = queue == Queue::RtrbSlices;
             run_pair(
                 Placement::Threads,
@@ -294,7 +372,7 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                             }
                         };
                         if got == 0 {
-                            spin_loop();
+                            empty_spin();
                         }
                     }
                     tally.rate(n)
@@ -310,7 +388,7 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                             while !rest.is_empty() {
                                 let (pushed, left) = tx.push_partial_slice(rest);
                                 if pushed.is_empty() {
-                                    spin_loop();
+                                    full_spin();
                                 }
                                 rest = left;
                             }
@@ -321,7 +399,7 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                             let mut d = entry(seq);
                             while let Err(rtrb::PushError::Full(back)) = tx.push(d) {
                                 d = back;
-                                spin_loop();
+                                full_spin();
                             }
                         }
                     }
@@ -340,7 +418,7 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                     while tally.expected < n {
                         match qc.pop() {
                             Some(d) => tally.take(&d),
-                            None => spin_loop(),
+                            None => empty_spin(),
                         }
                     }
                     tally.rate(n)
@@ -350,7 +428,7 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
                         let mut d = entry(seq);
                         while let Err(back) = qp.push(d) {
                             d = back;
-                            spin_loop();
+                            full_spin();
                         }
                     }
                 },
@@ -405,6 +483,37 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
             send(d);
         }
     }
+    fn replica_ping_pong<const WIDE: bool, const LAZY: bool>(
+        cpus: CpuPair,
+        total: u64,
+        warmup: u64,
+    ) -> Summary {
+        let (atx, brx) = nerva_lab::ring_replica::replica::<Descriptor, WIDE, LAZY>(CAPACITY);
+        let (btx, arx) = nerva_lab::ring_replica::replica::<Descriptor, WIDE, LAZY>(CAPACITY);
+        // Each half on its own 128-byte pair (see `replica_throughput`).
+        let (mut atx, mut brx) = (CachePadded::new(atx), CachePadded::new(brx));
+        let (mut btx, mut arx) = (CachePadded::new(btx), CachePadded::new(arx));
+        run_pair(
+            Placement::Threads,
+            cpus,
+            move || {
+                initiator(
+                    total,
+                    warmup,
+                    |d| atx.push(d).map_err(|_| ()).expect("cannot be full"),
+                    || arx.pop(),
+                )
+            },
+            move || {
+                responder(
+                    total,
+                    |d| btx.push(d).map_err(|_| ()).expect("cannot be full"),
+                    || brx.pop(),
+                )
+            },
+        )
+        .expect("run")
+    }
     match queue {
         Queue::Ours
         | Queue::OursBatched
@@ -443,9 +552,16 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
             )
             .expect("run")
         }
+        Queue::Replica(false, false, _) => replica_ping_pong::<false, false>(cpus, total, warmup),
+        Queue::Replica(true, false, _) => replica_ping_pong::<true, false>(cpus, total, warmup),
+        Queue::Replica(false, true, _) => replica_ping_pong::<false, true>(cpus, total, warmup),
+        Queue::Replica(true, true, _) => replica_ping_pong::<true, true>(cpus, total, warmup),
         Queue::Rtrb | Queue::RtrbSlices => {
-            let (mut atx, mut brx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
-            let (mut btx, mut arx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
+            let (atx, brx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
+            let (btx, arx) = rtrb::RingBuffer::<Descriptor>::new(CAPACITY as usize);
+            // Each half on its own 128-byte pair (see `ours_heap_throughput`).
+            let (mut atx, mut brx) = (CachePadded::new(atx), CachePadded::new(brx));
+            let (mut btx, mut arx) = (CachePadded::new(btx), CachePadded::new(arx));
             run_pair(
                 Placement::Threads,
                 cpus,
@@ -519,11 +635,33 @@ fn main() {
 
     let verbose = args.has("--verbose");
     let tp = |queue: Queue, placement: Placement| {
-        let mut v: Vec<f64> = (0..reps)
-            .map(|_| throughput(queue, placement, cpus, n))
-            .collect();
+        let mut v = Vec::new();
+        let mut waits = Vec::new();
+        for _ in 0..reps {
+            let (e0, f0) = (
+                EMPTY_SPINS.load(Ordering::Relaxed),
+                FULL_SPINS.load(Ordering::Relaxed),
+            );
+            v.push(throughput(queue, placement, cpus, n));
+            // Forked producers count in their own copy of the statics: only threads report.
+            waits.push((
+                (EMPTY_SPINS.load(Ordering::Relaxed) - e0) as f64 / n as f64,
+                (FULL_SPINS.load(Ordering::Relaxed) - f0) as f64 / n as f64,
+            ));
+        }
         if verbose {
-            eprintln!("{} / {}: {:?} M/s", queue.label(), placement.label(), v);
+            let rates: Vec<String> = v.iter().map(|r| f(*r, 1)).collect();
+            let w: Vec<String> = waits
+                .iter()
+                .map(|(e, f_)| format!("{}/{}", f(*e, 2), f(*f_, 2)))
+                .collect();
+            eprintln!(
+                "{} / {}: M/s {:?}; empty-spins/full-spins per entry {:?}",
+                queue.label(),
+                placement.label(),
+                rates,
+                w
+            );
         }
         median_f64(&mut v)
     };
@@ -540,6 +678,12 @@ fn main() {
         (Queue::OursHeap, Placement::Threads),
         (Queue::OursBatchedWords8, Placement::Threads),
         (Queue::OursBatchedVectors4, Placement::Threads),
+        (Queue::Replica(false, false, false), Placement::Threads),
+        (Queue::Replica(false, false, true), Placement::Threads),
+        (Queue::Replica(true, false, true), Placement::Threads),
+        (Queue::Replica(false, true, true), Placement::Threads),
+        (Queue::Replica(true, true, true), Placement::Threads),
+        (Queue::Replica(true, true, false), Placement::Threads),
     ];
     let tps: Vec<f64> = rows.iter().map(|&(q, p)| tp(q, p)).collect();
     let lat: Vec<(Queue, Placement, Summary)> = [
@@ -547,6 +691,8 @@ fn main() {
         (Queue::Ours, Placement::Processes),
         (Queue::Rtrb, Placement::Threads),
         (Queue::ArrayQueue, Placement::Threads),
+        (Queue::Replica(false, false, false), Placement::Threads),
+        (Queue::Replica(true, true, true), Placement::Threads),
     ]
     .into_iter()
     .map(|(q, p)| (q, p, ping_pong(q, p, cpus, rounds)))

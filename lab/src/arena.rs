@@ -30,7 +30,7 @@ impl Arena {
     /// Maps `len` bytes (a multiple of [`HUGE_PAGE`]) with `backing`, 2 MiB aligned, and touches
     /// every 4 KiB page so that the measurement never takes a page fault.
     pub fn new(len: usize, backing: Backing) -> io::Result<Self> {
-        if len == 0 || len % HUGE_PAGE != 0 {
+        if len == 0 || !len.is_multiple_of(HUGE_PAGE) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "length must be n * 2 MiB",
@@ -115,22 +115,25 @@ impl Arena {
         let mut total = 0;
         for line in smaps.lines() {
             let first = line.split_whitespace().next().unwrap_or("");
-            if let Some((a, b)) = first.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    inside = a < hi && b > lo;
-                    continue;
-                }
+            // A VMA header line is "start-end perms ..."; field lines are "Name: value".
+            let range = first.split_once('-').and_then(|(a, b)| {
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            });
+            if let Some((a, b)) = range {
+                inside = a < hi && b > lo;
+                continue;
             }
-            if inside {
-                if let Some(rest) = line.strip_prefix("AnonHugePages:") {
-                    total += rest
-                        .trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<u64>()
-                        .unwrap_or(0);
-                }
+            let huge = line.strip_prefix("AnonHugePages:").filter(|_| inside);
+            if let Some(rest) = huge {
+                total += rest
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
             }
         }
         Ok(total)

@@ -18,9 +18,8 @@ impl EventFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `raw` is a fresh descriptor we own.
-        Ok(Self {
-            fd: unsafe { OwnedFd::from_raw_fd(raw) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        Ok(Self { fd })
     }
 
     /// Adds `n` to the counter, waking a blocked reader.

@@ -164,11 +164,13 @@ impl Tally {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // `ArrayQueue` is the crate type's name
 enum Queue {
     Ours,
     OursWords8,
     OursVectors4,
     OursHeap,
+    OursConsume1,
     OursBatched,
     OursBatchedWords8,
     OursBatchedVectors4,
@@ -186,6 +188,7 @@ impl Queue {
             Self::OursWords8 => "nerva-rings push/pop, probe entry [u64; 8]",
             Self::OursVectors4 => "nerva-rings push/pop, probe entry 4 x __m128i",
             Self::OursHeap => "nerva-rings push/pop, heap ring (with_capacity)",
+            Self::OursConsume1 => "nerva-rings push / consume(1) (closure, no by-value return)",
             Self::OursBatchedWords8 => "nerva-rings batch 32, probe entry [u64; 8]",
             Self::OursBatchedVectors4 => "nerva-rings batch 32, probe entry 4 x __m128i",
             Self::Replica(false, false, false) => {
@@ -210,11 +213,12 @@ impl Queue {
 }
 
 /// Consumer loop of the nerva-rings throughput runs; returns M entries/s.
-fn ours_consume<E: Entry>(rx: &mut nerva_rings::Consumer<E>, batched: bool, n: u64) -> f64 {
+/// `per_call`: 0 = `pop()`, k = `consume(k, ..)` (which releases once per call).
+fn ours_consume<E: Entry>(rx: &mut nerva_rings::Consumer<E>, per_call: usize, n: u64) -> f64 {
     let mut tally = Tally::new();
     while tally.expected < n {
-        let got = if batched {
-            rx.consume(batch(), |d| tally.take(&d))
+        let got = if per_call > 0 {
+            rx.consume(per_call, |d| tally.take(&d))
                 .expect("ring corrupt")
         } else {
             match rx.pop().expect("ring corrupt") {
@@ -230,6 +234,10 @@ fn ours_consume<E: Entry>(rx: &mut nerva_rings::Consumer<E>, batched: bool, n: u
         }
     }
     tally.rate(n)
+}
+
+fn per_call(batched: bool) -> usize {
+    if batched { batch() } else { 0 }
 }
 
 /// Producer loop of the nerva-rings throughput runs.
@@ -268,7 +276,13 @@ fn ours_throughput<E: Entry>(batched: bool, placement: Placement, cpus: CpuPair,
     run_pair(
         placement,
         cpus,
-        || ours_consume(&mut rings.consumer(0).expect("consumer"), batched, n),
+        || {
+            ours_consume(
+                &mut rings.consumer(0).expect("consumer"),
+                per_call(batched),
+                n,
+            )
+        },
         || ours_produce(&mut rings.producer(0).expect("producer"), batched, n),
     )
     .expect("run")
@@ -282,7 +296,7 @@ fn ours_heap_throughput(batched: bool, cpus: CpuPair, n: u64) -> f64 {
     run_pair(
         Placement::Threads,
         cpus,
-        move || ours_consume(&mut rx, batched, n),
+        move || ours_consume(&mut rx, per_call(batched), n),
         move || ours_produce(&mut tx, batched, n),
     )
     .expect("run")
@@ -337,6 +351,16 @@ fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 
         }
         Queue::OursWords8 => ours_throughput::<Words8>(false, placement, cpus, n),
         Queue::OursHeap => ours_heap_throughput(false, cpus, n),
+        Queue::OursConsume1 => {
+            let rings = SharedRings::<Descriptor>::new(1, CAPACITY).expect("shared ring");
+            run_pair(
+                placement,
+                cpus,
+                || ours_consume(&mut rings.consumer(0).expect("consumer"), 1, n),
+                || ours_produce(&mut rings.producer(0).expect("producer"), false, n),
+            )
+            .expect("run")
+        }
         Queue::OursBatchedWords8 => ours_throughput::<Words8>(true, placement, cpus, n),
         #[cfg(target_arch = "x86_64")]
         Queue::OursBatchedVectors4 => ours_throughput::<Vectors4>(true, placement, cpus, n),
@@ -520,6 +544,7 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
         | Queue::OursWords8
         | Queue::OursVectors4
         | Queue::OursHeap
+        | Queue::OursConsume1
         | Queue::OursBatchedWords8
         | Queue::OursBatchedVectors4 => {
             let rings = SharedRings::<Descriptor>::new(2, CAPACITY).expect("shared rings");
@@ -676,6 +701,7 @@ fn main() {
         (Queue::OursWords8, Placement::Threads),
         (Queue::OursVectors4, Placement::Threads),
         (Queue::OursHeap, Placement::Threads),
+        (Queue::OursConsume1, Placement::Threads),
         (Queue::OursBatchedWords8, Placement::Threads),
         (Queue::OursBatchedVectors4, Placement::Threads),
         (Queue::Replica(false, false, false), Placement::Threads),

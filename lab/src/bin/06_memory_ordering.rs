@@ -10,7 +10,8 @@
 //!    an older store nor a load with an older load, and the compiler emitted the accesses in
 //!    program order here (Release/Acquire compile to the very same `mov`s as Relaxed on x86).
 //!    The bug is real on ARM/POWER and under a compiler that reorders; on x86 only a model
-//!    checker finds it: the rings crate's loom model with the publish weakened to Relaxed.
+//!    checker finds it: `rings/tests/loom_ring.rs::relaxed_publish_is_caught` weakens the publish
+//!    to Relaxed and loom reports the causality violation.
 //! 2. Store buffering (SB) — the doorbell handshake: the producer publishes the tail then checks
 //!    the consumer's "sleeping" flag; the consumer sets "sleeping" then re-checks the tail.
 //!    A lost wake-up is the outcome where *both* read the old value (producer: "nobody sleeps",
@@ -176,7 +177,7 @@ fn main() {
             format!("{trials} ({seen} saw the new tail)"),
             format!("{stale} stale entries"),
             if weak {
-                "allowed by the language; x86-TSO never shows it (see text); loom does".into()
+                "allowed by the language; x86-TSO never shows it; loom does (rings/tests/loom_ring.rs relaxed_publish_is_caught)".into()
             } else {
                 "forbidden".into()
             },

@@ -654,8 +654,8 @@ fn main() {
     }
     let cpus = CpuPair::pick();
     print_header("02 ring compare");
-    let n: u64 = args.pick(10_000_000, 200_000);
-    let reps = args.pick(5, 1);
+    let n: u64 = args.pick(5_000_000, 200_000);
+    let reps = args.pick(3, 1);
     let rounds: u64 = args.pick(500_000, 10_000);
 
     let verbose = args.has("--verbose");

@@ -187,7 +187,7 @@ fn main() {
         (
             SbVariant::ReleaseAcquire,
             "Release store; Acquire load",
-            "allowed, and x86 does it: lost wake-ups",
+            "allowed, and x86 does it: lost wake-ups (loom: rings/tests/loom_doorbell.rs dropping_the_sleep_fence_loses_a_wakeup)",
         ),
         (
             SbVariant::FencedSeqCst,

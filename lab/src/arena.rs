@@ -30,7 +30,7 @@ impl Arena {
     /// Maps `len` bytes (a multiple of [`HUGE_PAGE`]) with `backing`, 2 MiB aligned, and touches
     /// every 4 KiB page so that the measurement never takes a page fault.
     pub fn new(len: usize, backing: Backing) -> io::Result<Self> {
-        if len == 0 || !len.is_multiple_of(HUGE_PAGE) {
+        if len == 0 || len % HUGE_PAGE != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "length must be n * 2 MiB",

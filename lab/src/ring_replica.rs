@@ -10,7 +10,9 @@
 //! - `LAZY`: the consumer stores its index only when it has used up the entries it knew about
 //!   (or every quarter ring), instead of after every pop;
 //! - `pop_outlined` vs `pop`: an out-of-line call returning `Option<T>` through memory (what the
-//!   lab binary got from the real ring) vs an inlined one.
+//!   lab binary got from the real ring) vs an inlined one;
+//! - `push_plain` vs `push`: the producer writes the slot with a plain `ptr::write` (as rtrb)
+//!   instead of a volatile copy from the stack.
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -120,6 +122,19 @@ impl<T: Copy + Send, const WIDE: bool> ReplicaProducer<T, WIDE> {
     /// Pushes one entry (publish per push), handing it back if the ring is full.
     #[inline]
     pub fn push(&mut self, value: T) -> Result<(), T> {
+        self.push_impl(value, false)
+    }
+
+    /// Like [`Self::push`] but writes the slot with a plain (non-volatile) `ptr::write`, as rtrb
+    /// does, so LLVM may build the entry directly in the slot instead of copying it from the
+    /// stack. Measures the producer-side copy; a hostile-peer ring should not do this blindly.
+    #[inline]
+    pub fn push_plain(&mut self, value: T) -> Result<(), T> {
+        self.push_impl(value, true)
+    }
+
+    #[inline(always)]
+    fn push_impl(&mut self, value: T, plain: bool) -> Result<(), T> {
         if self.tail.wrapping_sub(self.consumer_cache) == self.capacity {
             // SYNC: pairs with the consumer's Release store of its index.
             let c = self.shared.consumer.load(Ordering::Acquire);
@@ -132,7 +147,10 @@ impl<T: Copy + Send, const WIDE: bool> ReplicaProducer<T, WIDE> {
             }
         }
         let slot = self.shared.slot(self.tail);
-        if WIDE {
+        if plain {
+            // SAFETY: the slot is released (checked above) and only this producer writes it.
+            unsafe { slot.write(value) };
+        } else if WIDE {
             // SAFETY: the slot is released (checked above), 64 bytes, 16-aligned.
             unsafe { wide_write(slot, value) };
         } else {

@@ -179,6 +179,8 @@ enum Queue {
     ArrayQueue,
     /// Lab replica of the ring protocol (ablation): (wide copy, lazy release, inlined pop).
     Replica(bool, bool, bool),
+    /// Replica with wide reads, lazy release, inlined pop and a plain producer write.
+    ReplicaPlainStore,
 }
 
 impl Queue {
@@ -204,6 +206,9 @@ impl Queue {
                 "replica: + 4 x 16 B copy + lazy release (outlined pop)"
             }
             Self::Replica(..) => "replica: other combination",
+            Self::ReplicaPlainStore => {
+                "replica: + inlined pop + 4 x 16 B read + lazy release + plain ptr::write push"
+            }
             Self::OursBatched => "nerva-rings batch 32 (push_slice/consume)",
             Self::Rtrb => "rtrb push/pop",
             Self::RtrbSlices => "rtrb batch 32 (push/pop_partial_slice)",
@@ -304,6 +309,7 @@ fn ours_heap_throughput(batched: bool, cpus: CpuPair, n: u64) -> f64 {
 
 /// The ablation replica (lab/src/ring_replica.rs), threads, single push/pop.
 fn replica_throughput<const WIDE: bool, const LAZY: bool>(
+    plain_store: bool,
     inlined: bool,
     cpus: CpuPair,
     n: u64,
@@ -330,9 +336,19 @@ fn replica_throughput<const WIDE: bool, const LAZY: bool>(
         move || {
             for seq in 0..n {
                 let mut d = entry(seq);
-                while let Err(back) = tx.push(d) {
-                    d = back;
-                    full_spin();
+                loop {
+                    let pushed = if plain_store {
+                        tx.push_plain(d)
+                    } else {
+                        tx.push(d)
+                    };
+                    match pushed {
+                        Ok(()) => break,
+                        Err(back) => {
+                            d = back;
+                            full_spin();
+                        }
+                    }
                 }
             }
         },
@@ -342,10 +358,13 @@ fn replica_throughput<const WIDE: bool, const LAZY: bool>(
 
 fn throughput(queue: Queue, placement: Placement, cpus: CpuPair, n: u64) -> f64 {
     match queue {
-        Queue::Replica(false, false, inl) => replica_throughput::<false, false>(inl, cpus, n),
-        Queue::Replica(true, false, inl) => replica_throughput::<true, false>(inl, cpus, n),
-        Queue::Replica(false, true, inl) => replica_throughput::<false, true>(inl, cpus, n),
-        Queue::Replica(true, true, inl) => replica_throughput::<true, true>(inl, cpus, n),
+        Queue::Replica(false, false, inl) => {
+            replica_throughput::<false, false>(false, inl, cpus, n)
+        }
+        Queue::Replica(true, false, inl) => replica_throughput::<true, false>(false, inl, cpus, n),
+        Queue::Replica(false, true, inl) => replica_throughput::<false, true>(false, inl, cpus, n),
+        Queue::Replica(true, true, inl) => replica_throughput::<true, true>(false, inl, cpus, n),
+        Queue::ReplicaPlainStore => replica_throughput::<true, true>(true, true, cpus, n),
         Queue::Ours | Queue::OursBatched => {
             ours_throughput::<Descriptor>(queue == Queue::OursBatched, placement, cpus, n)
         }
@@ -546,7 +565,8 @@ fn ping_pong(queue: Queue, placement: Placement, cpus: CpuPair, rounds: u64) -> 
         | Queue::OursHeap
         | Queue::OursConsume1
         | Queue::OursBatchedWords8
-        | Queue::OursBatchedVectors4 => {
+        | Queue::OursBatchedVectors4
+        | Queue::ReplicaPlainStore => {
             let rings = SharedRings::<Descriptor>::new(2, CAPACITY).expect("shared rings");
             run_pair(
                 placement,
@@ -710,6 +730,7 @@ fn main() {
         (Queue::Replica(false, true, true), Placement::Threads),
         (Queue::Replica(true, true, true), Placement::Threads),
         (Queue::Replica(true, true, false), Placement::Threads),
+        (Queue::ReplicaPlainStore, Placement::Threads),
     ];
     let tps: Vec<f64> = rows.iter().map(|&(q, p)| tp(q, p)).collect();
     let lat: Vec<(Queue, Placement, Summary)> = [

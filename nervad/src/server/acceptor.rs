@@ -176,16 +176,6 @@ impl Acceptor {
                 return;
             }
         };
-        // Policy first: a refused peer learns nothing but the refusal.
-        if !self.policy.admits(&peer) {
-            self.refuse(
-                &conn,
-                &peer,
-                HandshakeStatus::PermissionDenied,
-                "uid/gid not admitted by the daemon's access policy",
-            );
-            return;
-        }
         let hello = match read_hello(conn.as_fd(), HELLO_TIMEOUT) {
             Ok(Ok(h)) => h,
             Ok(Err(e)) => {
@@ -202,6 +192,18 @@ impl Acceptor {
                 return;
             }
         };
+        // The hello is read even from a peer we refuse: closing a socket with unread data
+        // resets the connection and the peer would never see the refusal. A refused peer
+        // learns nothing but the refusal.
+        if !self.policy.admits(&peer) {
+            self.refuse(
+                &conn,
+                &peer,
+                HandshakeStatus::PermissionDenied,
+                "uid/gid not admitted by the daemon's access policy",
+            );
+            return;
+        }
         if hello.abi_version != ABI_VERSION {
             let why = format!(
                 "daemon speaks ABI {ABI_VERSION}, client {}",

@@ -8,6 +8,7 @@
 pub mod acceptor;
 pub mod admin;
 pub mod alloc_count;
+pub mod cli;
 pub mod client_segment;
 pub mod config;
 pub mod engine_thread;

@@ -197,7 +197,7 @@ impl LatencyStats {
                 }
             })
             .sum();
-        let window = (now.min(10)).max(1) as f64;
+        let window = now.clamp(1, 10) as f64;
         let stage = |h: &Histogram<u64>| {
             json!({
                 "count": h.len(),

@@ -599,10 +599,11 @@ impl Client {
         }
         state.next_seq = state.next_seq.wrapping_add(1);
         // Text is reassembled from raw bytes so a split code point is joined, not refused.
-        if c.kind() == Some(EventKind::Text) {
-            let raw = c.to_bytes();
-            let n = usize::from(c.count()).min(nerva_rings::INLINE_TEXT_BYTES);
-            let text = self.text.push(raw_tag, sample, &raw[16..16 + n]);
+        if let Some(bytes) = c.text_bytes() {
+            if bytes.is_empty() {
+                return Err(Error::Protocol(format!("empty TEXT completion for tag {raw_tag}")));
+            }
+            let text = self.text.push(raw_tag, sample, bytes);
             if text.is_empty() {
                 return Ok(0);
             }

@@ -601,7 +601,9 @@ impl Client {
         // Text is reassembled from raw bytes so a split code point is joined, not refused.
         if let Some(bytes) = c.text_bytes() {
             if bytes.is_empty() {
-                return Err(Error::Protocol(format!("empty TEXT completion for tag {raw_tag}")));
+                return Err(Error::Protocol(format!(
+                    "empty TEXT completion for tag {raw_tag}"
+                )));
             }
             let text = self.text.push(raw_tag, sample, bytes);
             if text.is_empty() {

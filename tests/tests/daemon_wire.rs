@@ -221,7 +221,7 @@ fn nop_flood_allocates_nothing_and_makes_no_per_descriptor_syscall() {
         s["ledger"].clone()
     };
     let n: u64 = if cfg!(debug_assertions) {
-        20_000
+        10_000
     } else {
         200_000
     };

@@ -58,6 +58,15 @@ struct InFlight {
 ///
 /// Dropping the client (or [`Client::close`]) closes the socket; the daemon cancels whatever
 /// was still in flight and reclaims the segment.
+///
+/// ```
+/// fn is_send<T: Send>() {}
+/// is_send::<nerva_client::Client>();
+/// ```
+/// ```compile_fail
+/// fn is_sync<T: Sync>() {}
+/// is_sync::<nerva_client::Client>(); // one thread at a time: not Sync
+/// ```
 pub struct Client {
     end: ClientEnd,
     sq_bell: Notifier,

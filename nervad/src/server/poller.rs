@@ -442,7 +442,9 @@ impl PollLoop {
             match sq.consume(batch, |d| self.handle_descriptor(slot, tx, d)) {
                 Ok(n) => work |= n > 0,
                 Err(e) => {
-                    tracing::warn!(slot, error = %e, "corrupt submission ring; disconnecting");
+                    self.cold(|_| {
+                        tracing::warn!(slot, error = %e, "corrupt submission ring; disconnecting");
+                    });
                     conn.tx.corrupt = true;
                 }
             }

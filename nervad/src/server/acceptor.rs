@@ -282,6 +282,9 @@ impl Acceptor {
         if let Err(e) = self.inbox_bell.signal() {
             tracing::warn!(error = %e, "cannot ring the poll thread");
         }
+        // The client is in the poll thread's hands now: replace the segment it took, so the
+        // pool stays full under a stream of connects too (not only when connects pause).
+        self.refill_one();
     }
 
     fn sizes_for(&self, hello: &Hello) -> Result<SegmentSizes, String> {

@@ -274,3 +274,30 @@ fn a_live_daemon_keeps_its_socket_and_a_stale_socket_is_replaced() {
     assert!(served, "a daemon starts over a stale socket");
     drop(first);
 }
+
+#[test]
+fn connects_beyond_max_clients_are_refused_and_slots_are_reused() {
+    let daemon = Daemon::start(DAEMON, &["--max-clients", "2"]);
+    // Hang-ups (of the harness's readiness probe, of `a` below) are reaped asynchronously:
+    // a connect may see the slot still taken for a moment.
+    let connect_retry = || {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match Client::connect(Some(daemon.socket())) {
+                Ok(c) => return c,
+                Err(e) if e.code() == ErrorCode::TooManyClients && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => panic!("slot not reused: {e}"),
+            }
+        }
+    };
+    let a = connect_retry();
+    let mut b = connect_retry();
+    let err = Client::connect(Some(daemon.socket())).expect_err("third refused");
+    assert_eq!(err.code(), ErrorCode::TooManyClients, "{err}");
+    drop(a);
+    let mut c = connect_retry();
+    c.nop().expect("new client served");
+    b.nop().expect("old client still served");
+}

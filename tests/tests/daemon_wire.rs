@@ -270,3 +270,44 @@ fn nop_flood_allocates_nothing_and_makes_no_per_descriptor_syscall() {
         d("busy_checks")
     );
 }
+
+#[test]
+fn handshake_refuses_other_abi_versions_and_absurd_sizes() {
+    use nerva_rings::handshake::HandshakeStatus;
+    let daemon = Daemon::start(DAEMON, &[]);
+    let old = Hello {
+        abi_version: 999,
+        ..Hello::new()
+    };
+    assert_eq!(
+        raw_connect(daemon.socket(), old).err(),
+        Some(Some(HandshakeStatus::VersionMismatch))
+    );
+    let huge = Hello {
+        sq_entries: 3, // not a power of two
+        ..Hello::new()
+    };
+    assert_eq!(
+        raw_connect(daemon.socket(), huge).err(),
+        Some(Some(HandshakeStatus::BadRequest))
+    );
+    let big = Hello {
+        data_bytes: 1 << 40,
+        ..Hello::new()
+    };
+    assert_eq!(
+        raw_connect(daemon.socket(), big).err(),
+        Some(Some(HandshakeStatus::BadRequest))
+    );
+    // Explicit, valid sizes are honoured.
+    let sized = Hello {
+        sq_entries: 64,
+        cq_entries: 128,
+        data_bytes: 1 << 16,
+        ..Hello::new()
+    };
+    let c = raw_connect(daemon.socket(), sized).expect("accepted");
+    assert_eq!(c.end.layout.sq_entries(), 64);
+    assert_eq!(c.end.layout.cq_entries(), 128);
+    assert_eq!(c.end.layout.input_bytes(), 1 << 16);
+}

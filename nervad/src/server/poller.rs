@@ -582,7 +582,6 @@ impl PollLoop {
     }
 
     fn ring_completion_doorbells(&mut self) {
-        let mut woke_any = false;
         for i in 0..self.active.len() {
             let Some(conn) = self.clients[self.active[i]].as_mut() else {
                 continue;
@@ -595,18 +594,10 @@ impl PollLoop {
                 Ok(true) => {
                     self.ledger.cq_doorbells += 1;
                     self.ledger.syscalls += 1;
-                    woke_any = true;
                 }
                 Ok(false) => {}
                 Err(e) => tracing::debug!(error = %e, "completion doorbell failed"),
             }
-        }
-        if woke_any {
-            // A woken client tends to be placed on this CPU (wake-affine); while we keep
-            // spinning it would wait for a preemption tick. One yield per doorbell round (only
-            // when a client was really asleep) lets it run now.
-            self.ledger.syscalls += 1;
-            std::thread::yield_now();
         }
     }
 

@@ -43,8 +43,7 @@ pub struct TokenLedger {
     pub sleeps: u64,
     /// Zero-timeout epoll checks while busy (hang-ups, signals, new clients).
     pub busy_checks: u64,
-    /// Syscalls made by the poll loop (sleeps, busy checks, doorbells and the yield after
-    /// them, eventfd drains).
+    /// Syscalls made by the poll loop (sleeps, busy checks, doorbells, eventfd drains).
     pub syscalls: u64,
     /// Allocations by the poll thread outside admin replies and generate intake.
     pub hot_allocations: u64,

@@ -262,9 +262,11 @@ fn sample_row(
             argmax = i;
         }
     }
+    // exp in f32 (within an ulp; the vocabulary-wide loop is on every token's path), summed
+    // in f64.
     let sum: f64 = logits
         .iter()
-        .map(|&l| f64::from(l - max).exp())
+        .map(|&l| f64::from((l - max).exp()))
         .sum::<f64>();
     let lse = f64::from(max) + sum.ln();
     let logprob_of = |l: f32| (f64::from(l) - lse) as f32;

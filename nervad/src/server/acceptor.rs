@@ -176,16 +176,6 @@ impl Acceptor {
                 return;
             }
         };
-        // Policy first: a refused peer learns nothing but the refusal.
-        if !self.policy.admits(&peer) {
-            self.refuse(
-                &conn,
-                &peer,
-                HandshakeStatus::PermissionDenied,
-                "uid/gid not admitted by the daemon's access policy",
-            );
-            return;
-        }
         let hello = match read_hello(conn.as_fd(), HELLO_TIMEOUT) {
             Ok(Ok(h)) => h,
             Ok(Err(e)) => {
@@ -202,6 +192,18 @@ impl Acceptor {
                 return;
             }
         };
+        // The hello is read even from a peer we refuse: closing a socket with unread data
+        // resets the connection and the peer would never see the refusal. A refused peer
+        // learns nothing but the refusal.
+        if !self.policy.admits(&peer) {
+            self.refuse(
+                &conn,
+                &peer,
+                HandshakeStatus::PermissionDenied,
+                "uid/gid not admitted by the daemon's access policy",
+            );
+            return;
+        }
         if hello.abi_version != ABI_VERSION {
             let why = format!(
                 "daemon speaks ABI {ABI_VERSION}, client {}",
@@ -280,6 +282,9 @@ impl Acceptor {
         if let Err(e) = self.inbox_bell.signal() {
             tracing::warn!(error = %e, "cannot ring the poll thread");
         }
+        // The client is in the poll thread's hands now: replace the segment it took, so the
+        // pool stays full under a stream of connects too (not only when connects pause).
+        self.refill_one();
     }
 
     fn sizes_for(&self, hello: &Hello) -> Result<SegmentSizes, String> {

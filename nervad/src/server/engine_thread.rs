@@ -128,10 +128,10 @@ impl EventSink for CompletionSink<'_> {
                 logprobs,
             } => {
                 self.stats.record_tokens(ids.len() as u64);
-                if let Some(state) = self.requests.get_mut(&key) {
-                    if let Some(p) = state.positions.get_mut(usize::from(sample)) {
-                        *p = p.wrapping_add(ids.len() as u32);
-                    }
+                if let Some(state) = self.requests.get_mut(&key)
+                    && let Some(p) = state.positions.get_mut(usize::from(sample))
+                {
+                    *p = p.wrapping_add(ids.len() as u32);
                 }
                 let Some(flags) = self.flags(key) else { return };
                 if !flags.contains(GenerateFlags::STREAM_TOKENS) {
@@ -317,25 +317,25 @@ impl EngineWorker {
                     EngineCommand::Drain { deadline } => drain_deadline = Some(deadline),
                 }
             }
-            if let Some(deadline) = drain_deadline {
-                if engine.in_flight() == 0 || Instant::now() >= deadline {
-                    if engine.in_flight() > 0 {
-                        tracing::warn!(
-                            in_flight = engine.in_flight(),
-                            "drain timeout: ending the rest with reason shutdown"
-                        );
-                    }
-                    engine.finish_all(FinishReason::Shutdown, &mut sink);
-                    drop(sink);
-                    while out.push(EngineOutput::Drained).is_err() {
-                        if out.is_abandoned() {
-                            return;
-                        }
-                        std::thread::yield_now();
-                    }
-                    wake();
-                    return;
+            if let Some(deadline) = drain_deadline
+                && (engine.in_flight() == 0 || Instant::now() >= deadline)
+            {
+                if engine.in_flight() > 0 {
+                    tracing::warn!(
+                        in_flight = engine.in_flight(),
+                        "drain timeout: ending the rest with reason shutdown"
+                    );
                 }
+                engine.finish_all(FinishReason::Shutdown, &mut sink);
+                drop(sink);
+                while out.push(EngineOutput::Drained).is_err() {
+                    if out.is_abandoned() {
+                        return;
+                    }
+                    std::thread::yield_now();
+                }
+                wake();
+                return;
             }
             let more = engine.step(&mut sink);
             let produced = sink.produced;

@@ -50,7 +50,7 @@ pub fn decode_generate(
                 .to_owned(),
         ),
         PromptKind::TokenIds => {
-            if prompt.len() % 4 != 0 {
+            if !prompt.len().is_multiple_of(4) {
                 return Err(Rejection::new(
                     StatusCode::MisalignedTokenIds,
                     "token ids are 4 bytes each",

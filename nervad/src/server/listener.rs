@@ -75,14 +75,14 @@ impl DaemonSocket {
     /// Bind `path` with permissions `mode`. A leftover socket file whose daemon is gone is
     /// removed; a live one is an error.
     pub fn bind(path: &Path, mode: u32) -> Result<DaemonSocket, ListenError> {
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|source| ListenError::Io {
-                    what: "create directory",
-                    path: dir.to_path_buf(),
-                    source,
-                })?;
-            }
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|source| ListenError::Io {
+                what: "create directory",
+                path: dir.to_path_buf(),
+                source,
+            })?;
         }
         let addr = UnixAddr::new(path).map_err(io_err("socket address", path))?;
         match std::fs::symlink_metadata(path) {

@@ -121,8 +121,8 @@ impl CpuBackend {
     ) -> Result<Self, BackendError> {
         let c = config;
         if c.num_key_value_heads == 0
-            || c.num_attention_heads % c.num_key_value_heads != 0
-            || c.head_dim % 2 != 0
+            || !c.num_attention_heads.is_multiple_of(c.num_key_value_heads)
+            || !c.head_dim.is_multiple_of(2)
             || c.head_dim == 0
         {
             return Err(BackendError::Unsupported(format!(

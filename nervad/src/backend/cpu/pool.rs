@@ -2,9 +2,13 @@
 //!
 //! A decode step dispatches a few hundred short parallel loops (several per layer), so a
 //! dispatch must cost microseconds and allocate nothing: the job is a borrowed closure published
-//! through an epoch counter, workers spin briefly between jobs and only then park on a condvar.
-//! The caller works on the job too and returns once every worker has acknowledged it, which is
-//! what makes lending the closure's borrow to other threads sound.
+//! through a state word, workers spin briefly between jobs and only then park on a condvar.
+//!
+//! The caller works on the job too. A worker *joins* a job (counted in the state word) before it
+//! touches the closure; once every task has finished, the caller closes the job so nobody else
+//! can join, and waits only for the workers that joined. A worker that was descheduled and never
+//! joined does not hold the step up (this matters on an oversubscribed machine), and no worker
+//! can reach the closure after `run` returns, which is what makes lending its borrow sound.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,16 +22,25 @@ type Job<'a> = dyn Fn(usize, usize) + Sync + 'a;
 /// Spins before a worker parks; a decode step's next dispatch usually comes far sooner.
 const SPIN_ROUNDS: u32 = 1 << 14;
 
+/// State word: `epoch << 32 | OPEN | joined workers`.
+const OPEN: u64 = 1 << 31;
+const JOINED_MASK: u64 = OPEN - 1;
+
+fn epoch_of(state: u64) -> u32 {
+    (state >> 32) as u32
+}
+
 struct Shared {
-    /// Bumped once per job (SeqCst: pairs with `sleepers` in the park protocol).
-    epoch: AtomicU64,
-    /// The current job. Written by the caller only while no worker can read it (every worker
-    /// acknowledged the previous epoch); read by workers after they observe the new epoch.
+    /// Epoch of the current job, whether it is open for joining, and how many workers joined.
+    state: AtomicU64,
+    /// The current job. Written by the caller only while the job is closed and nobody is
+    /// joined; read by workers only after joining (a successful SeqCst CAS on `state`, which
+    /// the write happens-before through the SeqCst store that opened the job).
     job: UnsafeCell<Option<(*const Job<'static>, usize)>>,
     /// Next task index to take.
     next_task: AtomicUsize,
-    /// Workers that finished with the current epoch.
-    acks: AtomicUsize,
+    /// Tasks completed.
+    finished: AtomicUsize,
     /// Workers parked (or about to park) on `wake`.
     sleepers: AtomicUsize,
     shutdown: AtomicBool,
@@ -35,9 +48,8 @@ struct Shared {
     wake: Condvar,
 }
 
-// SAFETY: `job` is the only non-Sync field; it is written by the dispatching thread only between
-// jobs (all workers acknowledged, so none reads it) and read by workers only after an Acquire
-// load of the epoch that the write happens-before (Release/SeqCst bump). The pointee is `Sync`.
+// SAFETY: `job` is the only non-Sync field; the state-word protocol above keeps its writes and
+// reads apart (see the field's comment). The pointee is `Sync`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw pointer is only dereferenced under that protocol.
 unsafe impl Send for Shared {}
@@ -61,10 +73,10 @@ impl WorkerPool {
     pub fn new(threads: usize) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let shared = Arc::new(Shared {
-            epoch: AtomicU64::new(0),
+            state: AtomicU64::new(0),
             job: UnsafeCell::new(None),
             next_task: AtomicUsize::new(0),
-            acks: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             lock: Mutex::new(()),
@@ -100,35 +112,47 @@ impl WorkerPool {
             return;
         }
         let shared = &*self.shared;
-        // SAFETY: the lifetime is erased only for the duration of this call: we return after
-        // every worker acknowledged this epoch, and a worker never touches the pointer after
-        // acknowledging. No worker reads `job` now: all acknowledged the previous epoch (the
-        // wait at the end of the previous `run`), so this write does not race.
+        let state = shared.state.load(Ordering::Relaxed);
+        debug_assert_eq!(state & (OPEN | JOINED_MASK), 0, "previous job not closed");
+        // SAFETY: the lifetime is erased only for the duration of this call: workers reach the
+        // pointer only after joining, joining is impossible after we close the job below, and
+        // we return only once every joined worker left. Nobody is joined now (the previous
+        // `run` waited for that), so this write does not race.
         unsafe {
             let erased: *const Job<'static> = std::mem::transmute::<*const Job<'_>, _>(job);
             *shared.job.get() = Some((erased, tasks));
         }
         shared.next_task.store(0, Ordering::Relaxed);
-        shared.acks.store(0, Ordering::Relaxed);
-        // SYNC POINT: SeqCst publishes job/next_task/acks to workers (their Acquire epoch load)
+        shared.finished.store(0, Ordering::Relaxed);
+        let next_epoch = u64::from(epoch_of(state).wrapping_add(1));
+        // SYNC POINT: SeqCst publishes job/next_task/finished to workers (their joining CAS)
         // and orders against the `sleepers` load below (Dekker pair with park()).
-        shared.epoch.fetch_add(1, Ordering::SeqCst);
+        shared
+            .state
+            .store(next_epoch << 32 | OPEN, Ordering::SeqCst);
         if shared.sleepers.load(Ordering::SeqCst) > 0 {
             let _guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
             shared.wake.notify_all();
         }
         run_tasks(shared, job, tasks, 0);
-        let want = self.workers.len();
-        let mut spins = 0u32;
-        // SYNC POINT: Acquire pairs with each worker's Release ack, so their task writes are
-        // visible to the caller after this loop.
-        while shared.acks.load(Ordering::Acquire) < want {
-            spins += 1;
-            if spins < SPIN_ROUNDS {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
+        // SYNC POINT: Acquire pairs with the Release increment after each task, so every
+        // task's writes are visible once all are counted.
+        wait_until(|| shared.finished.load(Ordering::Acquire) >= tasks);
+        // Close: no worker joins from now on.
+        shared.state.fetch_and(!OPEN, Ordering::SeqCst);
+        // SYNC POINT: Acquire pairs with each joined worker's Release leave.
+        wait_until(|| shared.state.load(Ordering::Acquire) & JOINED_MASK == 0);
+    }
+}
+
+fn wait_until(done: impl Fn() -> bool) {
+    let mut spins = 0u32;
+    while !done() {
+        spins += 1;
+        if spins < SPIN_ROUNDS {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
     }
 }
@@ -140,21 +164,19 @@ fn run_tasks(shared: &Shared, job: &Job<'_>, tasks: usize, thread: usize) {
             break;
         }
         job(t, thread);
+        shared.finished.fetch_add(1, Ordering::Release);
     }
 }
 
 fn worker_loop(shared: &Shared, id: usize) {
-    let mut seen = 0u64;
+    let mut seen = 0u32;
+    let mut spins = 0u32;
     loop {
-        let mut spins = 0u32;
-        let epoch = loop {
-            let e = shared.epoch.load(Ordering::Acquire);
-            if e != seen {
-                break e;
-            }
-            if shared.shutdown.load(Ordering::Acquire) {
-                return;
-            }
+        if shared.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        let state = shared.state.load(Ordering::Acquire);
+        if epoch_of(state) == seen {
             spins += 1;
             if spins < SPIN_ROUNDS {
                 std::hint::spin_loop();
@@ -162,31 +184,45 @@ fn worker_loop(shared: &Shared, id: usize) {
                 park(shared, seen);
                 spins = 0;
             }
-        };
-        seen = epoch;
-        if shared.shutdown.load(Ordering::Acquire) {
-            return;
+            continue;
         }
-        // SAFETY: the epoch load (Acquire) saw the bump that follows the caller's write of
-        // `job`; the caller keeps the closure alive until we acknowledge below.
+        if state & OPEN == 0 {
+            // That job closed before we got to it.
+            seen = epoch_of(state);
+            continue;
+        }
+        // Join (SeqCst CAS: acquires the caller's publication of the job).
+        if shared
+            .state
+            .compare_exchange_weak(state, state + 1, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            continue;
+        }
+        seen = epoch_of(state);
+        spins = 0;
+        // SAFETY: we joined an open job, so the caller wrote `job` before opening it and keeps
+        // the closure alive until we leave below.
         let current = unsafe { *shared.job.get() };
         if let Some((job, tasks)) = current {
             // SAFETY: see above: the pointee outlives this use.
             let job = unsafe { &*job };
             run_tasks(shared, job, tasks, id);
         }
-        // SYNC POINT: Release pairs with the caller's Acquire wait on `acks`.
-        shared.acks.fetch_add(1, Ordering::Release);
+        // Leave. SYNC POINT: Release pairs with the caller's Acquire wait for zero joined.
+        shared.state.fetch_sub(1, Ordering::Release);
     }
 }
 
-fn park(shared: &Shared, seen: u64) {
+fn park(shared: &Shared, seen: u32) {
     let mut guard = shared.lock.lock().unwrap_or_else(|e| e.into_inner());
-    // SeqCst increment before re-checking the epoch: either the caller's SeqCst bump is visible
-    // here, or our increment is visible to its `sleepers` load and it notifies under the lock
-    // (which it cannot take before we wait).
+    // SeqCst increment before re-checking the state: either the caller's SeqCst store is
+    // visible here, or our increment is visible to its `sleepers` load and it notifies under
+    // the lock (which it cannot take before we wait).
     shared.sleepers.fetch_add(1, Ordering::SeqCst);
-    while shared.epoch.load(Ordering::SeqCst) == seen && !shared.shutdown.load(Ordering::SeqCst) {
+    while epoch_of(shared.state.load(Ordering::SeqCst)) == seen
+        && !shared.shutdown.load(Ordering::SeqCst)
+    {
         guard = shared.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
     }
     shared.sleepers.fetch_sub(1, Ordering::SeqCst);

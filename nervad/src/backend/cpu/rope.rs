@@ -53,7 +53,7 @@ pub fn inv_freq(config: &ModelConfig) -> Vec<f32> {
                 } else {
                     *f
                 };
-                let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+                let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
                 *f = if medium {
                     let smooth = ((old as f32) / wavelen - low_freq_factor as f32)
                         / (high_freq_factor - low_freq_factor) as f32;

@@ -336,8 +336,11 @@ pub fn default_model_dir() -> PathBuf {
 
 /// The default model's directory, generated on first use. Safe against concurrent callers:
 /// generation happens in a staging directory and only a complete snapshot is renamed in.
+/// Says [`RANDOM_WEIGHTS_NOTICE`] in the log, so whoever serves the demo model tells the user.
 pub fn ensure_default_model() -> Result<PathBuf, ModelError> {
-    ensure_model_at(&default_model_dir(), Preset::Tiny, DEFAULT_SEED)
+    let dir = ensure_model_at(&default_model_dir(), Preset::Tiny, DEFAULT_SEED)?;
+    tracing::warn!(dir = %dir.display(), "no --model given: {RANDOM_WEIGHTS_NOTICE}");
+    Ok(dir)
 }
 
 /// [`ensure_default_model`] for any directory and preset.

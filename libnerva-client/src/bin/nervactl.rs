@@ -2,6 +2,7 @@
 
 mod nervactl {
     pub mod bench;
+    pub mod demo;
     pub mod display;
     pub mod generate;
     pub mod ping;
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use nerva_client::{Client, Error};
 
-use nervactl::{bench, display, generate, ping};
+use nervactl::{bench, demo, display, generate, ping};
 
 /// Debugging CLI for the Nerva daemon. Human-readable tables by default, `--json` for scripts.
 #[derive(Debug, Parser)]
@@ -46,6 +47,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Ask the daemon to drain and exit.
     Shutdown,
+    /// Start a private nervad on the default demo model (or --model), stream one generation
+    /// through this client, shut the daemon down.
+    Demo(demo::DemoArgs),
     /// One benchmark client process (spawned by `bench`).
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
@@ -70,6 +74,7 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Ping(args) => ping::run(socket, &args, cli.json)?,
         Command::Bench(args) => bench::run(socket, &args, cli.json)?,
         Command::BenchWorker(args) => bench::worker(socket, &args)?,
+        Command::Demo(args) => demo::run(&args)?,
         Command::Shutdown => {
             let reply = Client::connect(socket)?.shutdown_daemon()?;
             if cli.json {

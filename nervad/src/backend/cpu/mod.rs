@@ -567,10 +567,7 @@ impl Backend for CpuBackend {
             device: format!(
                 "CPU, {} threads, {} kernels",
                 self.pool.threads(),
-                match self.isa {
-                    Isa::Avx2 => "avx2",
-                    Isa::Baseline => "baseline",
-                }
+                self.isa.name()
             ),
         }
     }

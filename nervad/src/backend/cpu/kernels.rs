@@ -521,6 +521,16 @@ impl Isa {
         Isa::Baseline
     }
 
+    /// The copy named by `NERVA_CPU_KERNELS` (`baseline`, `avx2`, `avx512`) when this CPU runs
+    /// it, else the best one: a knob for benchmarks comparing the copies.
+    pub fn from_env() -> Self {
+        let wanted = std::env::var("NERVA_CPU_KERNELS").unwrap_or_default();
+        Isa::available()
+            .into_iter()
+            .find(|isa| isa.name() == wanted)
+            .unwrap_or_else(Isa::detect)
+    }
+
     /// Every copy this CPU runs (tests compare them).
     pub fn available() -> Vec<Isa> {
         #[allow(unused_mut)]

@@ -254,7 +254,7 @@ impl CpuBackend {
             final_norm,
             limits,
             pool,
-            isa: Isa::detect(),
+            isa: Isa::from_env(),
             rope: RopeTable::new(c, options.max_context),
             kv: vec![0.0; num_pages * page_bytes / 4],
             sampler: Sampler::with_threads(vocab, s, threads),

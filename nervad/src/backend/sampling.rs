@@ -21,6 +21,9 @@ use crate::engine::api::SamplingParams;
 /// How many top candidates are sorted before falling back to a full sort for top-p.
 const TOP_P_FIRST_PASS: usize = 1024;
 
+/// Scratch of one sampling thread: `(token, logit)` candidates, vocabulary-sized.
+pub type Candidates = Vec<(u32, f32)>;
+
 /// Penalty and random state of one sequence slot.
 #[derive(Debug)]
 pub struct SlotState {
@@ -133,7 +136,7 @@ impl Sampler {
 
     /// Every slot's state and every thread's scratch, for sampling several slots at once with
     /// [`sample_slot`].
-    pub fn parts_mut(&mut self) -> (&mut [SlotState], &mut [Vec<(u32, f32)>]) {
+    pub fn parts_mut(&mut self) -> (&mut [SlotState], &mut [Candidates]) {
         (&mut self.slots, &mut self.candidates)
     }
 
@@ -252,7 +255,8 @@ pub fn exp_nonpositive(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    // Cephes' 5.0000001201e-1 rounds to exactly 0.5 in f32.
+    p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     // n is in [-126, 0]: 2^n is a normal f32.
     y * f32::from_bits(((n as i32 + 127) as u32) << 23)

@@ -6,6 +6,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde_json::Value as Json;
 
@@ -159,9 +160,170 @@ pub(crate) fn strftime_utc(format: &str, unix_secs: u64) -> Result<String, Error
     Ok(out)
 }
 
+/// Options of Python's `json.dumps` that HF templates pass to `tojson`.
+struct JsonStyle {
+    indent: Option<String>,
+    item_sep: String,
+    key_sep: String,
+    sort_keys: bool,
+    ensure_ascii: bool,
+}
+
+/// transformers' `tojson` is `json.dumps(x, ensure_ascii=False, indent=indent,
+/// separators=separators, sort_keys=sort_keys)`: `", "` / `": "` separators, keys in insertion
+/// order, no HTML escaping. minijinja's own `tojson` is compact and HTML-escapes `<>&'`, which
+/// would change every tool-call prompt, so the filter is replaced.
+fn python_tojson(value: &Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent = match indent {
+        Some(v) => Some(v),
+        None => kwargs.get::<Option<Value>>("indent")?,
+    };
+    let indent = match indent {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) => match v.as_str() {
+            Some(s) => Some(s.to_string()),
+            None => Some(" ".repeat(usize::try_from(v)?)),
+        },
+    };
+    let separators: Option<Vec<String>> = kwargs.get("separators")?;
+    let (item_sep, key_sep) = match separators.as_deref() {
+        Some([item, key]) => (item.clone(), key.clone()),
+        Some(_) => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: separators must be a pair",
+            ));
+        }
+        // Python drops the trailing space of the item separator when indenting.
+        None if indent.is_some() => (",".to_string(), ": ".to_string()),
+        None => (", ".to_string(), ": ".to_string()),
+    };
+    let style = JsonStyle {
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys: kwargs.get::<Option<bool>>("sort_keys")?.unwrap_or(false),
+        ensure_ascii: kwargs.get::<Option<bool>>("ensure_ascii")?.unwrap_or(false),
+    };
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    write_json(&mut out, value, &style, 0)?;
+    Ok(Value::from(out))
+}
+
+fn write_json_string(out: &mut String, s: &str, ensure_ascii: bool) {
+    // serde_json escapes exactly what Python's json does without ensure_ascii.
+    let escaped = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string());
+    if !ensure_ascii {
+        out.push_str(&escaped);
+        return;
+    }
+    for c in escaped.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+}
+
+fn write_json(
+    out: &mut String,
+    value: &Value,
+    style: &JsonStyle,
+    depth: usize,
+) -> Result<(), Error> {
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(indent) = &style.indent {
+            out.push('\n');
+            for _ in 0..depth {
+                out.push_str(indent);
+            }
+        }
+    };
+    match value.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            let text = value.to_string();
+            // Python spells non-finite floats this way (and so accepts them back).
+            out.push_str(match text.as_str() {
+                "inf" => "Infinity",
+                "-inf" => "-Infinity",
+                "NaN" | "nan" => "NaN",
+                _ => &text,
+            });
+        }
+        ValueKind::String => {
+            write_json_string(out, value.as_str().unwrap_or_default(), style.ensure_ascii)
+        }
+        ValueKind::Map => {
+            let mut keys: Vec<Value> = value.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            if style.sort_keys {
+                keys.sort();
+            }
+            out.push('{');
+            for (i, key) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&style.item_sep);
+                }
+                newline(out, depth + 1);
+                let name = key
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| key.to_string());
+                write_json_string(out, &name, style.ensure_ascii);
+                out.push_str(&style.key_sep);
+                write_json(out, &value.get_item(key)?, style, depth + 1)?;
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = value.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(&style.item_sep);
+                }
+                newline(out, depth + 1);
+                write_json(out, item, style, depth + 1)?;
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        _ => {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson: cannot serialize a {} value", value.kind()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn template_error(e: &Error) -> ModelError {
-    // minijinja's Display omits the cause chain and location details that `{:#}` shows.
-    ModelError::ChatTemplate(format!("{e:#}"))
+    // Display gives "kind: detail (in chat_template:LINE)"; the alternate form would append a
+    // listing of the template source, far too long for an error sent back to a client.
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    ModelError::ChatTemplate(message)
 }
 
 /// Check the messages array: `[{"role": string, "content": string | null | array, ...}, ...]`.
@@ -207,6 +369,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", python_tojson);
         env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|e| template_error(&e))?;
         Ok(ChatTemplate {
@@ -230,7 +393,12 @@ impl ChatTemplate {
     ) -> Result<String, ModelError> {
         let messages: Json = serde_json::from_str(messages_json)
             .map_err(|e| ModelError::ChatTemplate(format!("messages are not valid JSON: {e}")))?;
-        self.render_value(&messages, add_generation_prompt)
+        validate_messages(&messages)?;
+        // Deserialize again straight into a template value: minijinja keeps object keys in
+        // document order (like Python dicts), serde_json's map would sort them.
+        let ordered: Value = serde_json::from_str(messages_json)
+            .map_err(|e| ModelError::ChatTemplate(format!("messages are not valid JSON: {e}")))?;
+        self.render_checked(ordered, add_generation_prompt)
     }
 
     /// [`ChatTemplate::render`] for already parsed messages.
@@ -240,13 +408,21 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<String, ModelError> {
         validate_messages(messages)?;
+        self.render_checked(Value::from_serialize(messages), add_generation_prompt)
+    }
+
+    fn render_checked(
+        &self,
+        messages: Value,
+        add_generation_prompt: bool,
+    ) -> Result<String, ModelError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| template_error(&e))?;
         let opt = |s: &Option<String>| s.as_deref().map(Value::from).unwrap_or(Value::UNDEFINED);
         let ctx = minijinja::context! {
-            messages => Value::from_serialize(messages),
+            messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => opt(&self.special.bos),
             eos_token => opt(&self.special.eos),

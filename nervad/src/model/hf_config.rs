@@ -305,12 +305,23 @@ fn resolve(raw: RawConfig) -> Result<ParsedConfig, ModelError> {
     let architecture = match raw.architectures.as_deref() {
         Some([one]) => Architecture::from_hf_class(one)
             .ok_or_else(|| ModelError::UnsupportedArchitecture(one.clone()))?,
-        Some([]) | None => {
-            return Err(ModelError::UnsupportedArchitecture(format!(
-                "<none: architectures is missing; model_type {:?}>",
-                raw.model_type.as_deref().unwrap_or("?")
-            )));
-        }
+        // transformers' Auto classes go by model_type when architectures is absent.
+        Some([]) | None => match raw.model_type.as_deref() {
+            Some(t) => [
+                Architecture::Qwen3,
+                Architecture::Llama,
+                Architecture::Qwen2,
+                Architecture::Mistral,
+            ]
+            .into_iter()
+            .find(|a| a.hf_model_type() == t)
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(format!("model_type {t}")))?,
+            None => {
+                return Err(ModelError::InvalidConfig(
+                    "neither architectures nor model_type is given".into(),
+                ));
+            }
+        },
         Some(many) => return Err(ModelError::UnsupportedArchitecture(many.join(","))),
     };
     if raw.quantization_config.is_some() {

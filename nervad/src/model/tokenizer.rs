@@ -56,15 +56,6 @@ fn gpt2_char_to_byte() -> std::collections::HashMap<char, u8> {
     map
 }
 
-/// Inverse of [`gpt2_char_to_byte`]: byte → character (used to write byte-level vocabularies).
-pub fn gpt2_byte_to_char() -> [char; 256] {
-    let mut out = ['\0'; 256];
-    for (c, b) in gpt2_char_to_byte() {
-        out[usize::from(b)] = c;
-    }
-    out
-}
-
 fn decoder_kind(decoder: Option<&DecoderWrapper>) -> DecoderKind {
     let parts: Vec<&DecoderWrapper> = match decoder {
         None => return DecoderKind::Plain,

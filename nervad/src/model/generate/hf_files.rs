@@ -53,6 +53,12 @@ pub const MISTRAL_TEMPLATE: &str = "{{- bos_token }}
 {%- endfor %}
 ";
 
+/// The transformers release whose file layout these files follow (`torch_dtype`,
+/// `rope_scaling`; transformers 5 reads it unchanged). transformers writes this field in every
+/// file it saves and consults it: without it, transformers 5 suspects any tokenizer of more than
+/// 100k tokens of carrying an old Mistral regex bug and warns on load.
+pub const LAYOUT_TRANSFORMERS_VERSION: &str = "4.57.1";
+
 /// `config.json`.
 pub fn config_json(config: &ModelConfig) -> Value {
     let rope_scaling = match config.rope_scaling {
@@ -96,6 +102,7 @@ pub fn config_json(config: &ModelConfig) -> Value {
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "use_cache": true,
+        "transformers_version": LAYOUT_TRANSFORMERS_VERSION,
     });
     let obj = v.as_object_mut().expect("json! object literal");
     match config.architecture {

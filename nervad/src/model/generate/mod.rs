@@ -20,7 +20,13 @@ pub use presets::{Family, Preset};
 pub use random_weights::GeneratedTensor;
 #[cfg(test)]
 pub(crate) use random_weights::write_weights;
-pub use tokenizer_builder::{TokenizerSpec, build_tokenizer};
+
+/// `config.json` text of `config`, as the generator writes it (tests parse it back).
+#[cfg(test)]
+pub(crate) fn config_json_for_tests(config: &super::config::ModelConfig) -> String {
+    hf_files::config_json(config).to_string()
+}
+pub use tokenizer_builder::{PreTokenization, TokenizerSpec, build_tokenizer};
 
 use super::config::DType;
 use super::error::ModelError;
@@ -93,6 +99,11 @@ fn write_snapshot(
         vocab_size: config.vocab_size,
         special_tokens: specials.iter().map(|s| s.to_string()).collect(),
         prepend_bos,
+        pre_tokenization: match family {
+            Family::Qwen => PreTokenization::Qwen,
+            Family::Llama3 => PreTokenization::Llama3,
+            Family::Mistral => PreTokenization::Gpt2,
+        },
     })?;
     let tokenizer_path = dir.join("tokenizer.json");
     let text = tokenizer
@@ -325,8 +336,11 @@ pub fn default_model_dir() -> PathBuf {
 
 /// The default model's directory, generated on first use. Safe against concurrent callers:
 /// generation happens in a staging directory and only a complete snapshot is renamed in.
+/// Says [`RANDOM_WEIGHTS_NOTICE`] in the log, so whoever serves the demo model tells the user.
 pub fn ensure_default_model() -> Result<PathBuf, ModelError> {
-    ensure_model_at(&default_model_dir(), Preset::Tiny, DEFAULT_SEED)
+    let dir = ensure_model_at(&default_model_dir(), Preset::Tiny, DEFAULT_SEED)?;
+    tracing::warn!(dir = %dir.display(), "no --model given: {RANDOM_WEIGHTS_NOTICE}");
+    Ok(dir)
 }
 
 /// [`ensure_default_model`] for any directory and preset.

@@ -90,56 +90,64 @@ impl GeneratedTensor {
         self.spec.shape.iter().product()
     }
 
-    /// The values as f32 (before conversion to the storage dtype).
-    pub fn values_f32(&self) -> Vec<f32> {
-        let n = self.numel();
-        let mut values = vec![0f32; n];
+    /// The tensor's bytes in its storage dtype. Chunks of [`CHUNK_ELEMENTS`] are drawn and
+    /// converted in parallel, so memory is the output plus one f32 chunk per thread (the 8B
+    /// preset's largest tensor is 1.2 GB in bf16, never 2.5 GB of f32 first).
+    fn bytes(&self) -> Vec<u8> {
+        let size = self.dtype.size();
+        let mut out = vec![0u8; self.numel() * size];
         let (mean, std) = distribution(self.spec.role);
         let tensor_seed = mix(self.seed ^ fnv1a(self.spec.name.as_bytes()));
-        let chunks: Vec<(usize, &mut [f32])> =
-            values.chunks_mut(CHUNK_ELEMENTS).enumerate().collect();
+        let dtype = self.dtype;
+        let fill = |group: Vec<(usize, &mut [u8])>| {
+            let mut scratch = vec![0f32; CHUNK_ELEMENTS];
+            for (i, bytes) in group {
+                let values = &mut scratch[..bytes.len() / size];
+                fill_normal(values, mix(tensor_seed ^ i as u64), mean, std);
+                encode(values, bytes, dtype);
+            }
+        };
+        let chunks: Vec<(usize, &mut [u8])> =
+            out.chunks_mut(CHUNK_ELEMENTS * size).enumerate().collect();
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
             .min(chunks.len().max(1));
+        let mut groups: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (k, item) in chunks.into_iter().enumerate() {
+            groups[k % threads].push(item);
+        }
         if threads <= 1 {
-            for (i, chunk) in chunks {
-                fill_normal(chunk, mix(tensor_seed ^ i as u64), mean, std);
-            }
+            groups.into_iter().for_each(fill);
         } else {
-            let mut groups: Vec<Vec<(usize, &mut [f32])>> =
-                (0..threads).map(|_| Vec::new()).collect();
-            for (k, item) in chunks.into_iter().enumerate() {
-                groups[k % threads].push(item);
-            }
             std::thread::scope(|scope| {
                 for group in groups {
-                    scope.spawn(move || {
-                        for (i, chunk) in group {
-                            fill_normal(chunk, mix(tensor_seed ^ i as u64), mean, std);
-                        }
-                    });
+                    scope.spawn(|| fill(group));
                 }
             });
         }
-        values
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        let values = self.values_f32();
-        let mut out = Vec::with_capacity(values.len() * self.dtype.size());
-        match self.dtype {
-            DType::F32 => values
-                .iter()
-                .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-            DType::BF16 => values
-                .iter()
-                .for_each(|v| out.extend_from_slice(&half::bf16::from_f32(*v).to_le_bytes())),
-            DType::F16 => values
-                .iter()
-                .for_each(|v| out.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
-        }
         out
+    }
+}
+
+/// Little-endian `values` in `dtype` (round to nearest even for the 16-bit types).
+fn encode(values: &[f32], out: &mut [u8], dtype: DType) {
+    match dtype {
+        DType::F32 => {
+            for (v, b) in values.iter().zip(out.chunks_exact_mut(4)) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        DType::BF16 => {
+            for (v, b) in values.iter().zip(out.chunks_exact_mut(2)) {
+                b.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
+            }
+        }
+        DType::F16 => {
+            for (v, b) in values.iter().zip(out.chunks_exact_mut(2)) {
+                b.copy_from_slice(&half::f16::from_f32(*v).to_le_bytes());
+            }
+        }
     }
 }
 
@@ -218,6 +226,14 @@ pub fn write_weights(
         let named = shard.into_iter().map(|t| (t.spec.name.clone(), t));
         safetensors::serialize_to_file(named, Some(meta.clone()), &path)
             .map_err(|e| ModelError::Generator(format!("{}: {e}", path.display())))?;
+        // The crate writes through a private (0600) temporary file; a model cache is meant to
+        // be readable like the other snapshot files.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| ModelError::io(&path, e))?;
+        }
         files.push(path);
     }
     if count > 1 {

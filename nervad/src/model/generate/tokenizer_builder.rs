@@ -16,11 +16,16 @@ use serde_json::{Value, json};
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::models::{ModelWrapper, TrainerWrapper};
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::PostProcessorWrapper;
 use tokenizers::processors::sequence::Sequence as PostSequence;
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{AddedToken, Model};
+use tokenizers::{AddedToken, Model, SplitDelimiterBehavior};
 
 use crate::model::error::ModelError;
 
@@ -30,6 +35,57 @@ const MAX_TOKEN_BYTES: usize = 12;
 /// Fixed stream for synthetic merges: the tokenizer depends only on its size and special
 /// tokens, never on the weight seed, so checkpoints of one preset share a tokenizer.
 const MERGE_STREAM_SEED: u64 = 0x6e65_7276_615f_6270; // "nerva_bp"
+
+/// Qwen2/2.5/3's split regex (digits one at a time), as in their `tokenizer.json` and in
+/// transformers' `Qwen2Tokenizer`, which rebuilds this pipeline whatever the file says.
+const QWEN_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Llama 3's split regex (digits in groups of up to three).
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// How text is normalized and split before BPE, per model family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreTokenization {
+    /// GPT-2's ByteLevel regex.
+    Gpt2,
+    /// NFC, then Qwen's split regex, then ByteLevel without its own regex.
+    Qwen,
+    /// Llama 3's split regex, then ByteLevel without its own regex.
+    Llama3,
+}
+
+impl PreTokenization {
+    fn apply(self, tokenizer: &mut tokenizers::Tokenizer) -> Result<(), ModelError> {
+        let split = |pattern: &str| {
+            Split::new(
+                SplitPattern::Regex(pattern.to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(gen_error)
+        };
+        let byte_level = ByteLevel::default()
+            .add_prefix_space(false)
+            .use_regex(false);
+        let pre: PreTokenizerWrapper = match self {
+            PreTokenization::Gpt2 => ByteLevel::default()
+                .add_prefix_space(false)
+                .use_regex(true)
+                .into(),
+            PreTokenization::Qwen => {
+                PreTokenizerSequence::new(vec![split(QWEN_SPLIT)?.into(), byte_level.into()]).into()
+            }
+            PreTokenization::Llama3 => {
+                PreTokenizerSequence::new(vec![split(LLAMA3_SPLIT)?.into(), byte_level.into()])
+                    .into()
+            }
+        };
+        tokenizer.with_pre_tokenizer(Some(pre));
+        if self == PreTokenization::Qwen {
+            tokenizer.with_normalizer(Some(NormalizerWrapper::NFC(NFC)));
+        }
+        Ok(())
+    }
+}
 
 /// What the tokenizer must contain.
 #[derive(Debug, Clone)]
@@ -41,6 +97,8 @@ pub struct TokenizerSpec {
     /// A special token the post-processor prepends when `add_special_tokens` is set (Llama's
     /// `<|begin_of_text|>`, Mistral's `<s>`); `None` for Qwen, which adds nothing.
     pub prepend_bos: Option<String>,
+    /// Normalization and splitting before BPE.
+    pub pre_tokenization: PreTokenization,
 }
 
 fn gen_error(message: impl std::fmt::Display) -> ModelError {
@@ -60,7 +118,7 @@ fn corpus_lines() -> Vec<String> {
 /// A trained vocabulary (token → id) and its merges in rank order.
 type Trained = (HashMap<String, u32>, Vec<(String, String)>);
 
-fn train(target: usize) -> Result<Trained, ModelError> {
+fn train(target: usize, pre: PreTokenization) -> Result<Trained, ModelError> {
     let alphabet = ByteLevel::alphabet().into_iter().collect();
     let trainer = BpeTrainerBuilder::new()
         .vocab_size(target)
@@ -71,7 +129,7 @@ fn train(target: usize) -> Result<Trained, ModelError> {
         .build();
     let mut trainer = TrainerWrapper::BpeTrainer(trainer);
     let mut tokenizer = tokenizers::Tokenizer::new(BPE::default());
-    tokenizer.with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)));
+    pre.apply(&mut tokenizer)?;
     tokenizer
         .train(&mut trainer, corpus_lines().into_iter())
         .map_err(gen_error)?;
@@ -108,7 +166,7 @@ pub fn build_tokenizer(spec: &TokenizerSpec) -> Result<tokenizers::Tokenizer, Mo
         )));
     }
     let bpe_size = spec.vocab_size - specials;
-    let (trained_vocab, mut merges) = train(bpe_size)?;
+    let (trained_vocab, mut merges) = train(bpe_size, spec.pre_tokenization)?;
 
     // Tokens by id (the trainer numbers them densely from 0).
     let mut tokens = vec![String::new(); trained_vocab.len()];
@@ -176,9 +234,7 @@ pub fn build_tokenizer(spec: &TokenizerSpec) -> Result<tokenizers::Tokenizer, Mo
     }
 
     let mut tokenizer = tokenizers::Tokenizer::new(ModelWrapper::BPE(model));
-    tokenizer.with_pre_tokenizer(Some(
-        ByteLevel::default().add_prefix_space(false).use_regex(true),
-    ));
+    spec.pre_tokenization.apply(&mut tokenizer)?;
     tokenizer.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())));
     let added: Vec<AddedToken> = spec
         .special_tokens

@@ -128,3 +128,38 @@ fn tokenizer_config_variants() {
     let err = TokenizerConfig::from_json_str(r#"{"eos_token": 5}"#, path).unwrap_err();
     assert!(err.to_string().contains("eos_token"), "{err}");
 }
+
+/// `tojson` behaves like transformers' (`json.dumps(ensure_ascii=False)`): Python separators,
+/// keys in document order, no HTML escaping; `indent`, `sort_keys`, `ensure_ascii` honored.
+/// Expected strings are Python 3.11's output for the same object.
+#[test]
+fn tojson_matches_python() {
+    let messages = r#"[{"role":"user","content":"Paris & <Île> 'x'","args":{"zone":"Z","city":"C","n":[1,2.5,null,true],"e":{},"l":[]}}]"#;
+    let render = |src: &str| {
+        ChatTemplate::new(src, SpecialTokens::default())
+            .unwrap()
+            .render(messages, false)
+            .unwrap()
+    };
+    assert_eq!(
+        render("{{ messages[0] | tojson }}"),
+        r#"{"role": "user", "content": "Paris & <Île> 'x'", "args": {"zone": "Z", "city": "C", "n": [1, 2.5, null, true], "e": {}, "l": []}}"#
+    );
+    assert_eq!(
+        render("{{ messages[0] | tojson(sort_keys=true) }}"),
+        r#"{"args": {"city": "C", "e": {}, "l": [], "n": [1, 2.5, null, true], "zone": "Z"}, "content": "Paris & <Île> 'x'", "role": "user"}"#
+    );
+    assert_eq!(
+        render("{{ messages[0].args | tojson(indent=2) }}"),
+        "{\n  \"zone\": \"Z\",\n  \"city\": \"C\",\n  \"n\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  \"e\": {},\n  \"l\": []\n}"
+    );
+    assert_eq!(
+        render("{{ messages[0].content | tojson(ensure_ascii=true) }}"),
+        r#""Paris & <\u00cele> 'x'""#
+    );
+    // Keys iterate in document order, as Python dicts do.
+    assert_eq!(
+        render("{% for k in messages[0].args %}{{ k }} {% endfor %}"),
+        "zone city n e l "
+    );
+}

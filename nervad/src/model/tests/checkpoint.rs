@@ -207,3 +207,109 @@ fn misaligned_data_is_copied_and_counted() {
         assert_eq!(a.bytes(), b.bytes());
     }
 }
+
+/// By hand: `NERVA_MAKE_PRESET=qwen3-0.6b NERVA_MAKE_OUT=/tmp/q cargo test -p nervad --lib
+/// make_preset_from_env -- --ignored --nocapture` (generation time and size of a real shape).
+#[test]
+#[ignore = "writes a possibly large checkpoint; run by hand"]
+fn make_preset_from_env() {
+    let preset = std::env::var("NERVA_MAKE_PRESET").unwrap_or_else(|_| "tiny".into());
+    let out = std::env::var("NERVA_MAKE_OUT").expect("set NERVA_MAKE_OUT");
+    let seed = std::env::var("NERVA_MAKE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let preset = Preset::from_name(&preset).expect("unknown preset");
+    let summary = make_checkpoint(preset, std::path::Path::new(&out), seed, None).unwrap();
+    println!("{summary:?}");
+    let started = std::time::Instant::now();
+    let model = LoadedModel::load(std::path::Path::new(&out)).unwrap();
+    println!(
+        "loaded in {:?}: {:?}",
+        started.elapsed(),
+        model.weights_report
+    );
+}
+
+#[test]
+fn ensure_model_generates_once() {
+    use crate::model::generate::ensure_model_at;
+    let root = TempDir::new("ensure");
+    let dir = root.path().join("cache").join("tiny-0");
+    assert_eq!(ensure_model_at(&dir, Preset::Tiny, 0).unwrap(), dir);
+    let first = std::fs::metadata(dir.join("model.safetensors"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(ensure_model_at(&dir, Preset::Tiny, 0).unwrap(), dir);
+    let second = std::fs::metadata(dir.join("model.safetensors"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(
+        first, second,
+        "an existing snapshot is reused, not regenerated"
+    );
+    // No staging directories are left behind.
+    let leftovers: Vec<_> = std::fs::read_dir(root.path().join("cache"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers, vec![std::ffi::OsString::from("tiny-0")]);
+    LoadedModel::load(&dir).unwrap();
+}
+
+#[test]
+fn make_model_force_replaces_only_snapshots() {
+    use crate::model::generate::{MakeModelArgs, run_make_model};
+    let root = TempDir::new("force");
+    let out = root.path().join("m");
+    let args = |seed, force| MakeModelArgs {
+        preset: Preset::TinyQwen2,
+        out: out.clone(),
+        seed,
+        dtype: None,
+        force,
+    };
+    run_make_model(args(1, false)).unwrap();
+    let before = std::fs::read(out.join("model.safetensors")).unwrap();
+    let err = run_make_model(args(2, false)).unwrap_err();
+    assert!(err.to_string().contains("--force"), "{err}");
+    run_make_model(args(2, true)).unwrap();
+    assert_ne!(
+        std::fs::read(out.join("model.safetensors")).unwrap(),
+        before
+    );
+    // A directory that is not a snapshot is never deleted.
+    let other = root.path().join("notes");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("important.txt"), b"keep").unwrap();
+    let err = run_make_model(MakeModelArgs {
+        out: other.clone(),
+        ..args(3, true)
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not look like a model snapshot"),
+        "{err}"
+    );
+    assert!(other.join("important.txt").is_file());
+}
+
+#[test]
+fn preset_names_round_trip() {
+    for p in Preset::ALL {
+        assert_eq!(Preset::from_name(p.name()), Some(p));
+        let config = p.config(DType::BF16);
+        // Every preset is a valid config by the same rules that load real snapshots.
+        let json = crate::model::generate::config_json_for_tests(&config);
+        let parsed = crate::model::config::ModelConfig::from_json_str(&json).unwrap();
+        assert_eq!(parsed.config, config, "{}", p.name());
+    }
+    let q = Preset::Qwen3_8b.config(DType::BF16);
+    assert_eq!(
+        crate::model::tensor_names::checkpoint_bytes(&q) / 1_000_000_000,
+        16
+    );
+}

@@ -201,6 +201,21 @@ fn inconsistent_or_missing_dimensions() {
 }
 
 #[test]
+fn model_type_when_architectures_is_absent() {
+    let c = qwen3_with(|c| {
+        c.remove("architectures");
+    })
+    .unwrap();
+    assert_eq!(c.architecture, Architecture::Qwen3);
+    let err = qwen3_with(|c| {
+        c.remove("architectures");
+        c.insert("model_type".into(), serde_json::json!("gemma3"));
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("gemma3"), "{err}");
+}
+
+#[test]
 fn defaults_and_spellings() {
     use serde_json::json;
     // No head_dim on Qwen2: hidden / heads; legacy `type` key for rope scaling; no dtype.

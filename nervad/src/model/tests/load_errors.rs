@@ -192,3 +192,38 @@ fn broken_index_and_tokenizer() {
     let err = load_err(dir.path());
     assert!(err.to_string().contains("99999"), "{err}");
 }
+
+#[test]
+fn dtype_from_weights_and_stored_tied_head() {
+    let dir = copy_snapshot(&shared_checkpoint(Preset::Tiny), "no-dtype");
+    let config_path = dir.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config.as_object_mut().unwrap().remove("torch_dtype");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    // Some exporters store the tied head anyway; transformers ties it to the embedding.
+    let path = dir.path().join("model.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut views: Vec<(String, TensorView<'_>)> = st.tensors();
+    let embed = st.tensor("model.embed_tokens.weight").unwrap();
+    let zeros = vec![0u8; embed.data().len()];
+    views.push((
+        "lm_head.weight".into(),
+        TensorView::new(embed.dtype(), embed.shape().to_vec(), &zeros).unwrap(),
+    ));
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    std::fs::write(&path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
+
+    let model = LoadedModel::load(dir.path()).unwrap();
+    assert_eq!(
+        model.config.dtype,
+        crate::model::DType::BF16,
+        "taken from the weights"
+    );
+    assert_eq!(
+        model.weights.lm_head.bytes(),
+        model.weights.embed_tokens.bytes()
+    );
+    assert!(model.weights_report.ignored_tensors.is_empty());
+}

@@ -131,3 +131,29 @@ fn sentencepiece_byte_fallback_table() {
     // `decode` strips the text's leading space; the engine does that once per sample.
     assert_eq!(tok.decode(&[9, 3, 4], false).unwrap(), "hié");
 }
+
+/// The generated tokenizers split text like the released ones (transformers rebuilds Qwen's
+/// pipeline from its own code, so they must agree): Qwen splits digits one by one, Llama 3 in
+/// groups of up to three.
+#[test]
+fn family_pre_tokenization() {
+    let qwen =
+        Tokenizer::from_file(&shared_checkpoint(Preset::TinyQwen2).join("tokenizer.json")).unwrap();
+    let ids = qwen.encode("12345", false).unwrap();
+    assert_eq!(ids.len(), 5, "{ids:?}");
+    let inner = qwen.inner();
+    assert!(inner.get_normalizer().is_some(), "Qwen normalizes to NFC");
+    // NFC: a decomposed é encodes like the composed one.
+    assert_eq!(
+        qwen.encode("e\u{301}", false).unwrap(),
+        qwen.encode("\u{e9}", false).unwrap()
+    );
+    let llama =
+        Tokenizer::from_file(&shared_checkpoint(Preset::TinyLlama).join("tokenizer.json")).unwrap();
+    let digits = llama.encode("1234567", false).unwrap();
+    assert!(
+        digits.len() >= 3,
+        "at most three digits per token: {digits:?}"
+    );
+    assert!(llama.inner().get_normalizer().is_none());
+}

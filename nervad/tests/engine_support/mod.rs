@@ -268,7 +268,9 @@ pub struct ScriptedBackend {
     pub script: Vec<u32>,
     /// Per slot: next script index.
     counters: Vec<usize>,
-    pub steps: Vec<Vec<(u32, usize, u32)>>,
+    /// Every step: (slot, tokens, start position) per batch entry; shared so tests can read it
+    /// after the engine took the backend.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<Vec<(u32, usize, u32)>>>>,
 }
 
 impl ScriptedBackend {
@@ -277,7 +279,7 @@ impl ScriptedBackend {
             counters: vec![0; limits.max_seqs],
             limits,
             script,
-            steps: Vec::new(),
+            log: Default::default(),
         }
     }
 }
@@ -317,12 +319,14 @@ impl Backend for ScriptedBackend {
     }
     fn step(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
         validate_step(&self.limits, VOCAB, batch)?;
-        self.steps.push(
-            batch
-                .iter()
-                .map(|s| (s.slot, s.tokens.len(), s.start_pos))
-                .collect(),
-        );
+        if let Ok(mut log) = self.log.lock() {
+            log.push(
+                batch
+                    .iter()
+                    .map(|s| (s.slot, s.tokens.len(), s.start_pos))
+                    .collect(),
+            );
+        }
         out.samples.clear();
         for s in batch {
             if s.sample {

@@ -260,6 +260,9 @@ impl Recorder {
     }
 }
 
+/// Shared record of every step's (slot, tokens, start position) entries.
+pub type StepLog = std::sync::Arc<std::sync::Mutex<Vec<Vec<(u32, usize, u32)>>>>;
+
 /// A backend that "samples" a fixed script per sequence (token i of the script at the i-th
 /// sample of the slot), checks every step against its limits, and tracks which sequence wrote
 /// each KV position so the engine's page handling is checked too.
@@ -270,7 +273,7 @@ pub struct ScriptedBackend {
     counters: Vec<usize>,
     /// Every step: (slot, tokens, start position) per batch entry; shared so tests can read it
     /// after the engine took the backend.
-    pub log: std::sync::Arc<std::sync::Mutex<Vec<Vec<(u32, usize, u32)>>>>,
+    pub log: StepLog,
 }
 
 impl ScriptedBackend {

@@ -15,7 +15,10 @@ use clap::Parser;
 use nervad::backend::cpu::CpuBackend;
 use nervad::backend::cpu::pool::{SharedMut, WorkerPool};
 use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput, kv_bytes_per_token};
-use nervad::engine::SamplingParams;
+use nervad::engine::{
+    ClientId, Engine, EngineEvent, EngineModel, EngineOptions, EventSink, GenerateRequest,
+    InferenceEngine, Prompt, RequestKey, SamplingParams, StopConditions,
+};
 use nervad::model::LoadedModel;
 use nervad::model::generate::{Preset, make_checkpoint};
 
@@ -39,9 +42,77 @@ struct Args {
     /// Size of the bandwidth buffer in MiB.
     #[arg(long, default_value_t = 2048)]
     buffer_mib: usize,
+    /// Skip the whole-engine runs.
+    #[arg(long)]
+    no_engine: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+/// Counts tokens; keeps nothing.
+#[derive(Default)]
+struct Tally {
+    tokens: usize,
+}
+
+impl EventSink for Tally {
+    fn emit(&mut self, event: EngineEvent<'_>) {
+        if let EngineEvent::Tokens { ids, .. } = event {
+            self.tokens += ids.len();
+        }
+    }
+}
+
+/// Median step time of the whole engine (scheduler, backend, sampling, detokenization,
+/// events) decoding `n` requests from `n` clients.
+fn engine_run(dir: &std::path::Path, n: usize, steps: usize, threads: usize) -> Duration {
+    let model = EngineModel::from_loaded(LoadedModel::load(dir).expect("load model"));
+    let options = EngineOptions {
+        max_batch: n,
+        max_context: 512.min(model.config.max_position_embeddings),
+        kv_budget_bytes: n * 512 * kv_bytes_per_token(&model.config, 4),
+        threads,
+        max_step_tokens: 256,
+        page_tokens: 16,
+        max_queued: n,
+    };
+    let mut engine = Engine::with_cpu_backend(model, options).expect("engine");
+    for c in 0..n {
+        engine
+            .submit(GenerateRequest {
+                key: RequestKey {
+                    client: ClientId {
+                        slot: c as u32,
+                        generation: 0,
+                    },
+                    tag: 1,
+                },
+                prompt: Prompt::Text(format!("Benchmark prompt number {c}: tell a long story.")),
+                sampling: SamplingParams::default(),
+                max_tokens: (steps + 16) as u32,
+                stop: StopConditions {
+                    ignore_eos: true,
+                    ..StopConditions::default()
+                },
+                n_samples: 1,
+                priority: 0,
+                received_at: Instant::now(),
+            })
+            .expect("submit");
+    }
+    let mut sink = Tally::default();
+    // Prefill and warm-up.
+    for _ in 0..4 {
+        engine.step(&mut sink);
+    }
+    let mut times = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let t0 = Instant::now();
+        engine.step(&mut sink);
+        times.push(t0.elapsed());
+    }
+    median(times)
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -224,5 +295,17 @@ fn main() {
             batch as f64 / m.as_secs_f64(),
             1.0 / m.as_secs_f64(),
         );
+    }
+    if !args.no_engine {
+        let threads = backend.threads();
+        drop(backend);
+        for n in [1, batch] {
+            let m = engine_run(&args.model, n, args.tokens.min(64), threads);
+            println!(
+                "(d) whole engine, {n} request(s) from {n} client(s): median step {:.2} ms => {:.1} tok/s",
+                m.as_secs_f64() * 1e3,
+                n as f64 / m.as_secs_f64()
+            );
+        }
     }
 }

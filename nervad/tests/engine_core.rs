@@ -254,7 +254,13 @@ fn cancel_while_queued_and_queue_when_out_of_pages() {
 
 #[test]
 fn prefill_is_chunked_and_shared_round_robin() {
-    let mut e = scripted(&[u32::from(b'a'); 4]);
+    let backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'a'); 4]);
+    let log = backend.log.clone();
+    let mut e = Engine::new(
+        scripted_model(),
+        Box::new(backend),
+        EngineOptions::default(),
+    );
     let mut rec = Recorder::default();
     // Budget 16 tokens per step; two clients with 30-token prompts.
     let (a, b) = (key(1, 1), key(2, 1));
@@ -265,6 +271,52 @@ fn prefill_is_chunked_and_shared_round_robin() {
     run(&mut e, &mut rec);
     assert_eq!(rec.tokens(a, 0).len(), 2);
     assert_eq!(rec.tokens(b, 0).len(), 2);
+    let log = log.lock().unwrap();
+    // Step 1: a's first chunk fills the budget; step 2: b goes first.
+    assert_eq!(log[0], vec![(log[0][0].0, 16, 0)]);
+    assert_ne!(log[1][0].0, log[0][0].0, "round robin between clients");
+    assert!(
+        log.iter()
+            .all(|s| s.iter().map(|e| e.1).sum::<usize>() <= 16)
+    );
+}
+
+#[test]
+fn higher_priority_is_admitted_first_and_queue_is_bounded() {
+    let backend = ScriptedBackend::new(
+        nervad::backend::BackendLimits {
+            max_seqs: 1,
+            ..scripted_limits()
+        },
+        vec![u32::from(b'a'); 4],
+    );
+    let options = EngineOptions {
+        max_queued: 2,
+        ..EngineOptions::default()
+    };
+    let mut e = Engine::new(scripted_model(), Box::new(backend), options);
+    let mut rec = Recorder::default();
+    let (low, high) = (key(1, 1), key(2, 1));
+    e.submit(request(low, Prompt::Tokens(vec![1, 2]), 2))
+        .unwrap();
+    let mut r = request(high, Prompt::Tokens(vec![1, 2]), 2);
+    r.priority = 9;
+    e.submit(r).unwrap();
+    assert_eq!(
+        e.submit(request(key(3, 1), Prompt::Tokens(vec![1]), 1)),
+        Err(RequestError::Busy)
+    );
+    run(&mut e, &mut rec);
+    let first_done = rec
+        .events
+        .iter()
+        .find_map(|ev| match ev {
+            Ev::Done(k, ..) => Some(*k),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(first_done, high);
+    assert_eq!(rec.done(low, 0), vec![FinishReason::Length]);
 }
 
 /// With the real CPU backend: n samples forked from one prompt give exactly what separate

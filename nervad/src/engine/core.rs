@@ -15,6 +15,11 @@
 //!
 //! After admission nothing on the step path allocates: buffers live in the request and sequence
 //! slots, events borrow them.
+//!
+//! Threading: the engine is `Send` and lives on the server's engine thread; `step` blocks that
+//! thread for one backend step (the CPU backend fans out to its own worker pool and returns when
+//! the step is done). `submit` tokenizes on the calling thread. When every running sample
+//! belongs to a paused client, `step` does nothing and still returns true (work remains).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;

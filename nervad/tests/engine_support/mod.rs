@@ -260,6 +260,9 @@ impl Recorder {
     }
 }
 
+/// Shared record of every step's (slot, tokens, start position) entries.
+pub type StepLog = std::sync::Arc<std::sync::Mutex<Vec<Vec<(u32, usize, u32)>>>>;
+
 /// A backend that "samples" a fixed script per sequence (token i of the script at the i-th
 /// sample of the slot), checks every step against its limits, and tracks which sequence wrote
 /// each KV position so the engine's page handling is checked too.
@@ -268,7 +271,9 @@ pub struct ScriptedBackend {
     pub script: Vec<u32>,
     /// Per slot: next script index.
     counters: Vec<usize>,
-    pub steps: Vec<Vec<(u32, usize, u32)>>,
+    /// Every step: (slot, tokens, start position) per batch entry; shared so tests can read it
+    /// after the engine took the backend.
+    pub log: StepLog,
 }
 
 impl ScriptedBackend {
@@ -277,7 +282,7 @@ impl ScriptedBackend {
             counters: vec![0; limits.max_seqs],
             limits,
             script,
-            steps: Vec::new(),
+            log: Default::default(),
         }
     }
 }
@@ -317,12 +322,14 @@ impl Backend for ScriptedBackend {
     }
     fn step(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
         validate_step(&self.limits, VOCAB, batch)?;
-        self.steps.push(
-            batch
-                .iter()
-                .map(|s| (s.slot, s.tokens.len(), s.start_pos))
-                .collect(),
-        );
+        if let Ok(mut log) = self.log.lock() {
+            log.push(
+                batch
+                    .iter()
+                    .map(|s| (s.slot, s.tokens.len(), s.start_pos))
+                    .collect(),
+            );
+        }
         out.samples.clear();
         for s in batch {
             if s.sample {

@@ -6,8 +6,8 @@
 //! fixed order and reduces them in a fixed tree, whatever the number of tokens processed with
 //! it, so a token's result is bit-identical whether it runs alone or in a batch.
 //!
-//! The same generic code is compiled twice, plain (SSE2) and with AVX2 enabled (no FMA, so the
-//! arithmetic — and thus every result — is identical); the AVX2 copy is picked at run time.
+//! The dot product exists twice: portable Rust, and AVX2/F16C intrinsics picked at run time;
+//! both do the same per-lane multiply-then-add (no FMA), so every result is bit-identical.
 
 use crate::model::{DType, Tensor};
 
@@ -196,8 +196,27 @@ pub struct MatmulTask<'a> {
     pub row_end: usize,
 }
 
+/// A dot-product kernel over weights of type `W` (one compiled copy per instruction set).
+trait Dot<W> {
+    /// Tokens processed against one weight row at once (1..=8; registers decide).
+    const GROUP: usize = TOKEN_GROUP;
+    /// `[w · xs[0], ..., w · xs[S-1]]`, every result computed exactly like [`dot_group`].
+    fn dot<const S: usize>(&self, w: &[W], xs: [&[f32]; S]) -> [f32; S];
+}
+
+/// The portable kernel.
+struct PlainDot;
+
+impl<W: Widen> Dot<W> for PlainDot {
+    #[inline(always)]
+    fn dot<const S: usize>(&self, w: &[W], xs: [&[f32]; S]) -> [f32; S] {
+        dot_group(w, xs)
+    }
+}
+
 #[inline(always)]
-fn matmul_block_generic<W: Widen>(
+fn matmul_block_generic<W: Widen, K: Dot<W>>(
+    kernel: &K,
     w: &[W],
     bias: Option<&[f32]>,
     task: MatmulTask<'_>,
@@ -217,33 +236,27 @@ fn matmul_block_generic<W: Widen>(
         let rb_end = (rb + ROW_BLOCK).min(row_end);
         let mut t = 0;
         while t < tokens {
-            let n = (tokens - t).min(TOKEN_GROUP);
+            let n = (tokens - t).min(K::GROUP);
             for r in rb..rb_end {
                 let wr = &w[r * cols..(r + 1) * cols];
                 let b = bias.map_or(0.0, |b| b[r]);
+                macro_rules! group {
+                    ($($k:literal),+) => {{
+                        let y = kernel.dot(wr, [$(xrow(t + $k)),+]);
+                        for (k, v) in y.into_iter().enumerate() {
+                            store(t + k, r, v + b);
+                        }
+                    }};
+                }
                 match n {
-                    4 => {
-                        let y = dot_group(wr, [xrow(t), xrow(t + 1), xrow(t + 2), xrow(t + 3)]);
-                        for (k, v) in y.into_iter().enumerate() {
-                            store(t + k, r, v + b);
-                        }
-                    }
-                    3 => {
-                        let y = dot_group(wr, [xrow(t), xrow(t + 1), xrow(t + 2)]);
-                        for (k, v) in y.into_iter().enumerate() {
-                            store(t + k, r, v + b);
-                        }
-                    }
-                    2 => {
-                        let y = dot_group(wr, [xrow(t), xrow(t + 1)]);
-                        for (k, v) in y.into_iter().enumerate() {
-                            store(t + k, r, v + b);
-                        }
-                    }
-                    _ => {
-                        let [v] = dot_group(wr, [xrow(t)]);
-                        store(t, r, v + b);
-                    }
+                    8 => group!(0, 1, 2, 3, 4, 5, 6, 7),
+                    7 => group!(0, 1, 2, 3, 4, 5, 6),
+                    6 => group!(0, 1, 2, 3, 4, 5),
+                    5 => group!(0, 1, 2, 3, 4),
+                    4 => group!(0, 1, 2, 3),
+                    3 => group!(0, 1, 2),
+                    2 => group!(0, 1),
+                    _ => group!(0),
                 }
             }
             t += n;
@@ -253,32 +266,244 @@ fn matmul_block_generic<W: Widen>(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn matmul_block_avx2<W: Widen>(
-    w: &[W],
-    bias: Option<&[f32]>,
-    task: MatmulTask<'_>,
-    store: impl FnMut(usize, usize, f32),
-) {
-    matmul_block_generic(w, bias, task, store);
+mod avx2 {
+    //! AVX2 copies of [`super::dot_group`]: the same 16 lanes (two 8-wide registers), the same
+    //! multiply-then-add per lane (no FMA), the same tail and reduction, so results are
+    //! bit-identical to the portable kernel.
+
+    use std::arch::x86_64::*;
+
+    use super::{Bf16, Dot, F16, LANES, Widen, reduce};
+
+    /// Proof that the CPU runs AVX2 and F16C; only [`Avx2Dot::detect`] makes one.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Avx2Dot(());
+
+    impl Avx2Dot {
+        pub fn detect() -> Option<Self> {
+            (std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c"))
+                .then_some(Avx2Dot(()))
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load_bf16(p: *const Bf16) -> (__m256, __m256) {
+        // SAFETY: the caller guarantees 16 readable elements at `p`.
+        let raw = unsafe { _mm256_loadu_si256(p.cast::<__m256i>()) };
+        let lo = _mm256_cvtepu16_epi32(_mm256_castsi256_si128(raw));
+        let hi = _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(raw));
+        (
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(lo)),
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(hi)),
+        )
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load_f16(p: *const F16) -> (__m256, __m256) {
+        // SAFETY: the caller guarantees 16 readable elements at `p`. VCVTPH2PS is exact for
+        // every finite half (subnormals included), like `F16::widen`.
+        unsafe {
+            let lo = _mm_loadu_si128(p.cast::<__m128i>());
+            let hi = _mm_loadu_si128(p.add(8).cast::<__m128i>());
+            (_mm256_cvtph_ps(lo), _mm256_cvtph_ps(hi))
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load_f32(p: *const f32) -> (__m256, __m256) {
+        // SAFETY: the caller guarantees 16 readable elements at `p`.
+        unsafe { (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) }
+    }
+
+    macro_rules! avx2_dot {
+        ($name:ident, $w:ty, $load:ident) => {
+            /// # Safety
+            /// The CPU must support AVX2 and F16C.
+            #[target_feature(enable = "avx2,f16c")]
+            unsafe fn $name<const S: usize>(w: &[$w], xs: [&[f32]; S]) -> [f32; S] {
+                let n = w.len();
+                for x in &xs {
+                    assert!(x.len() >= n, "activation row shorter than weight row");
+                }
+                let chunks = n / LANES;
+                let mut lo = [_mm256_setzero_ps(); S];
+                let mut hi = [_mm256_setzero_ps(); S];
+                for c in 0..chunks {
+                    // SAFETY: c * 16 + 16 <= n elements of `w`, and of every `xs[s]`
+                    // (asserted above).
+                    unsafe {
+                        let (wl, wh) = $load(w.as_ptr().add(c * LANES));
+                        for s in 0..S {
+                            let xp = xs[s].as_ptr().add(c * LANES);
+                            lo[s] = _mm256_add_ps(lo[s], _mm256_mul_ps(wl, _mm256_loadu_ps(xp)));
+                            hi[s] =
+                                _mm256_add_ps(hi[s], _mm256_mul_ps(wh, _mm256_loadu_ps(xp.add(8))));
+                        }
+                    }
+                }
+                let base = chunks * LANES;
+                let mut out = [0f32; S];
+                for s in 0..S {
+                    let mut acc = [0f32; LANES];
+                    // SAFETY: `acc` has room for 16 f32.
+                    unsafe {
+                        _mm256_storeu_ps(acc.as_mut_ptr(), lo[s]);
+                        _mm256_storeu_ps(acc.as_mut_ptr().add(8), hi[s]);
+                    }
+                    for (j, &wv) in w[base..].iter().enumerate() {
+                        acc[j] += wv.widen() * xs[s][base + j];
+                    }
+                    out[s] = reduce(acc);
+                }
+                out
+            }
+        };
+    }
+
+    avx2_dot!(dot_bf16, Bf16, load_bf16);
+    avx2_dot!(dot_f16, F16, load_f16);
+    avx2_dot!(dot_f32, f32, load_f32);
+
+    impl Dot<Bf16> for Avx2Dot {
+        #[inline]
+        fn dot<const S: usize>(&self, w: &[Bf16], xs: [&[f32]; S]) -> [f32; S] {
+            // SAFETY: an Avx2Dot exists only after the CPU reported AVX2 and F16C.
+            unsafe { dot_bf16(w, xs) }
+        }
+    }
+
+    impl Dot<F16> for Avx2Dot {
+        #[inline]
+        fn dot<const S: usize>(&self, w: &[F16], xs: [&[f32]; S]) -> [f32; S] {
+            // SAFETY: as above.
+            unsafe { dot_f16(w, xs) }
+        }
+    }
+
+    impl Dot<f32> for Avx2Dot {
+        #[inline]
+        fn dot<const S: usize>(&self, w: &[f32], xs: [&[f32]; S]) -> [f32; S] {
+            // SAFETY: as above.
+            unsafe { dot_f32(w, xs) }
+        }
+    }
 }
 
-fn matmul_block_plain<W: Widen>(
-    w: &[W],
-    bias: Option<&[f32]>,
-    task: MatmulTask<'_>,
-    store: impl FnMut(usize, usize, f32),
-) {
-    matmul_block_generic(w, bias, task, store);
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! AVX-512 copies of [`super::dot_group`]: the 16 lanes are one register, multiply then add
+    //! per lane (no FMA), the same tail and reduction — bit-identical to the portable kernel.
+    //! 32 registers hold accumulators for 8 tokens at once.
+
+    use std::arch::x86_64::*;
+
+    use super::{Bf16, Dot, F16, LANES, Widen, reduce};
+
+    /// Proof that the CPU runs AVX-512F; only [`Avx512Dot::detect`] makes one.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Avx512Dot(());
+
+    impl Avx512Dot {
+        pub fn detect() -> Option<Self> {
+            std::is_x86_feature_detected!("avx512f").then_some(Avx512Dot(()))
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_bf16(p: *const Bf16) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable elements at `p`.
+        let raw = unsafe { _mm256_loadu_si256(p.cast::<__m256i>()) };
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(raw)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_f16(p: *const F16) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable elements at `p`; the conversion is exact.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast::<__m256i>())) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_f32(p: *const f32) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable elements at `p`.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+
+    macro_rules! avx512_dot {
+        ($name:ident, $w:ty, $load:ident) => {
+            /// # Safety
+            /// The CPU must support AVX-512F.
+            #[target_feature(enable = "avx512f")]
+            unsafe fn $name<const S: usize>(w: &[$w], xs: [&[f32]; S]) -> [f32; S] {
+                let n = w.len();
+                for x in &xs {
+                    assert!(x.len() >= n, "activation row shorter than weight row");
+                }
+                let chunks = n / LANES;
+                let mut acc = [_mm512_setzero_ps(); S];
+                for c in 0..chunks {
+                    // SAFETY: c * 16 + 16 <= n elements of `w` and of every `xs[s]`.
+                    unsafe {
+                        let wv = $load(w.as_ptr().add(c * LANES));
+                        for s in 0..S {
+                            let xv = _mm512_loadu_ps(xs[s].as_ptr().add(c * LANES));
+                            acc[s] = _mm512_add_ps(acc[s], _mm512_mul_ps(wv, xv));
+                        }
+                    }
+                }
+                let base = chunks * LANES;
+                let mut out = [0f32; S];
+                for s in 0..S {
+                    let mut lanes = [0f32; LANES];
+                    // SAFETY: `lanes` has room for 16 f32.
+                    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc[s]) };
+                    for (j, &wv) in w[base..].iter().enumerate() {
+                        lanes[j] += wv.widen() * xs[s][base + j];
+                    }
+                    out[s] = reduce(lanes);
+                }
+                out
+            }
+        };
+    }
+
+    avx512_dot!(dot_bf16, Bf16, load_bf16);
+    avx512_dot!(dot_f16, F16, load_f16);
+    avx512_dot!(dot_f32, f32, load_f32);
+
+    macro_rules! impl_dot {
+        ($w:ty, $f:ident) => {
+            impl Dot<$w> for Avx512Dot {
+                const GROUP: usize = 8;
+                #[inline]
+                fn dot<const S: usize>(&self, w: &[$w], xs: [&[f32]; S]) -> [f32; S] {
+                    // SAFETY: an Avx512Dot exists only after the CPU reported AVX-512F.
+                    unsafe { $f(w, xs) }
+                }
+            }
+        };
+    }
+    impl_dot!(Bf16, dot_bf16);
+    impl_dot!(F16, dot_f16);
+    impl_dot!(f32, dot_f32);
 }
 
 /// Which compiled copy of the kernels runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Isa {
     /// Baseline x86-64 (SSE2) or the target's default.
     Baseline,
-    /// AVX2 (same arithmetic, wider vectors).
-    Avx2,
+    /// AVX2 + F16C intrinsics (same arithmetic, wider vectors).
+    #[cfg(target_arch = "x86_64")]
+    Avx2(avx2::Avx2Dot),
+    /// AVX-512F intrinsics (same arithmetic, 8 tokens per weight row pass).
+    #[cfg(target_arch = "x86_64")]
+    Avx512(avx512::Avx512Dot),
 }
 
 impl Isa {
@@ -286,11 +511,47 @@ impl Isa {
     pub fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx2") {
-                return Isa::Avx2;
+            if let Some(k) = avx512::Avx512Dot::detect() {
+                return Isa::Avx512(k);
+            }
+            if let Some(k) = avx2::Avx2Dot::detect() {
+                return Isa::Avx2(k);
             }
         }
         Isa::Baseline
+    }
+
+    /// The copy named by `NERVA_CPU_KERNELS` (`baseline`, `avx2`, `avx512`) when this CPU runs
+    /// it, else the best one: a knob for benchmarks comparing the copies.
+    pub fn from_env() -> Self {
+        let wanted = std::env::var("NERVA_CPU_KERNELS").unwrap_or_default();
+        Isa::available()
+            .into_iter()
+            .find(|isa| isa.name() == wanted)
+            .unwrap_or_else(Isa::detect)
+    }
+
+    /// Every copy this CPU runs (tests compare them).
+    pub fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut all = vec![Isa::Baseline];
+        #[cfg(target_arch = "x86_64")]
+        {
+            all.extend(avx2::Avx2Dot::detect().map(Isa::Avx2));
+            all.extend(avx512::Avx512Dot::detect().map(Isa::Avx512));
+        }
+        all
+    }
+
+    /// Name for status displays.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Isa::Baseline => "baseline",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2(_) => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512(_) => "avx512",
+        }
     }
 }
 
@@ -306,23 +567,20 @@ pub fn matmul_block(
     debug_assert!(task.x.len() >= task.tokens * task.cols);
     match (isa, w) {
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, WeightView::F32(w)) => {
-            // SAFETY: Isa::Avx2 is only produced by `detect` after the CPU reported AVX2.
-            unsafe { matmul_block_avx2(w, bias, task, store) }
-        }
+        (Isa::Avx2(k), WeightView::F32(w)) => matmul_block_generic(&k, w, bias, task, store),
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, WeightView::Bf16(w)) => {
-            // SAFETY: as above.
-            unsafe { matmul_block_avx2(w, bias, task, store) }
-        }
+        (Isa::Avx2(k), WeightView::Bf16(w)) => matmul_block_generic(&k, w, bias, task, store),
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, WeightView::F16(w)) => {
-            // SAFETY: as above.
-            unsafe { matmul_block_avx2(w, bias, task, store) }
-        }
-        (_, WeightView::F32(w)) => matmul_block_plain(w, bias, task, store),
-        (_, WeightView::Bf16(w)) => matmul_block_plain(w, bias, task, store),
-        (_, WeightView::F16(w)) => matmul_block_plain(w, bias, task, store),
+        (Isa::Avx2(k), WeightView::F16(w)) => matmul_block_generic(&k, w, bias, task, store),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512(k), WeightView::F32(w)) => matmul_block_generic(&k, w, bias, task, store),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512(k), WeightView::Bf16(w)) => matmul_block_generic(&k, w, bias, task, store),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512(k), WeightView::F16(w)) => matmul_block_generic(&k, w, bias, task, store),
+        (_, WeightView::F32(w)) => matmul_block_generic(&PlainDot, w, bias, task, store),
+        (_, WeightView::Bf16(w)) => matmul_block_generic(&PlainDot, w, bias, task, store),
+        (_, WeightView::F16(w)) => matmul_block_generic(&PlainDot, w, bias, task, store),
     }
 }
 
@@ -407,7 +665,7 @@ mod tests {
     fn batch_grouping_and_isa_do_not_change_bits() {
         let cols = 37;
         let rows = 11;
-        let tokens = 7;
+        let tokens = 11;
         let w: Vec<u16> = (0..rows * cols)
             .map(|i| half::bf16::from_f32(((i * 7919) % 101) as f32 / 50.0 - 1.0).to_bits())
             .collect();
@@ -427,7 +685,23 @@ mod tests {
             );
             assert_eq!(&all[t * rows..(t + 1) * rows], &one[..]);
         }
-        assert_eq!(all, run(Isa::detect(), wv, &x, tokens, cols, rows));
+        for isa in Isa::available() {
+            assert_eq!(all, run(isa, wv, &x, tokens, cols, rows), "{isa:?}");
+        }
+        // The other dtypes through both copies, with a tail (37 = 2 * 16 + 5).
+        let w16: Vec<u16> = w
+            .iter()
+            .map(|&b| half::f16::from_f32(Bf16(b).widen()).to_bits())
+            .collect();
+        let wf: Vec<f32> = w.iter().map(|&b| Bf16(b).widen()).collect();
+        for view in [WeightView::F16(cast16(&w16)), WeightView::F32(&wf)] {
+            let plain = run(Isa::Baseline, view, &x, tokens, cols, rows);
+            for isa in Isa::available() {
+                assert_eq!(plain, run(isa, view, &x, tokens, cols, rows), "{isa:?}");
+                let one = run(isa, view, &x[..cols], 1, cols, rows);
+                assert_eq!(&plain[..rows], &one[..], "{isa:?}");
+            }
+        }
         // And close to an f64 reference.
         for t in 0..tokens {
             for r in 0..rows {

@@ -14,10 +14,10 @@ pub mod rope;
 use crate::engine::api::SamplingParams;
 use crate::model::{ModelConfig, ModelWeights, Tensor};
 
-use super::sampling::Sampler;
+use super::sampling::{self, Sampler};
 use super::{
-    Backend, BackendError, BackendInfo, BackendLimits, BackendOptions, SampledToken, SeqStep,
-    StepOutput, kv_bytes_per_token, validate_step,
+    Backend, BackendError, BackendInfo, BackendLimits, BackendOptions, SeqStep, StepOutput,
+    kv_bytes_per_token, validate_step,
 };
 use kernels::{Isa, MatmulTask, WeightView};
 use pool::{SharedMut, WorkerPool};
@@ -59,6 +59,8 @@ struct Scratch {
     owners: Vec<u32>,
     /// Positions that need logits: (flat token index, batch index, copy out, sample).
     logit_rows: Vec<(u32, u32, bool, bool)>,
+    /// Rows of the current logits chunk to sample: (row, batch index).
+    sample_rows: Vec<(u32, u32)>,
     /// Final-normed rows `[max_seqs, hidden]`.
     head_in: Vec<f32>,
     /// Logits `[max_seqs, vocab]`.
@@ -240,6 +242,7 @@ impl CpuBackend {
             positions: Vec::with_capacity(t),
             owners: Vec::with_capacity(t),
             logit_rows: Vec::with_capacity(t),
+            sample_rows: Vec::with_capacity(s),
             head_in: vec![0.0; s * h],
             logits: vec![0.0; s * vocab],
             scores: vec![0.0; threads * options.max_context],
@@ -251,10 +254,10 @@ impl CpuBackend {
             final_norm,
             limits,
             pool,
-            isa: Isa::detect(),
+            isa: Isa::from_env(),
             rope: RopeTable::new(c, options.max_context),
             kv: vec![0.0; num_pages * page_bytes / 4],
-            sampler: Sampler::new(vocab, s),
+            sampler: Sampler::with_threads(vocab, s, threads),
             scratch,
         })
     }
@@ -506,17 +509,41 @@ impl CpuBackend {
                 vocab,
                 &mut s.logits,
             );
-            for (r, &(_, owner, copy, sample)) in rows.iter().enumerate() {
-                let row = &mut s.logits[r * vocab..(r + 1) * vocab];
+            for (r, &(_, _, copy, _)) in rows.iter().enumerate() {
                 if copy {
-                    out.logits.extend_from_slice(row);
-                }
-                if sample {
-                    let token: SampledToken =
-                        self.sampler.sample(batch[owner as usize].slot, row)?;
-                    out.samples[owner as usize] = Some(token);
+                    out.logits
+                        .extend_from_slice(&s.logits[r * vocab..(r + 1) * vocab]);
                 }
             }
+            // Sample the rows that ask for it, one task per row: slots are distinct within a
+            // step (validate_step), scratch is per thread.
+            s.sample_rows.clear();
+            s.sample_rows.extend(
+                rows.iter()
+                    .enumerate()
+                    .filter(|(_, row)| row.3)
+                    .map(|(r, row)| (r as u32, row.1)),
+            );
+            let (slots, scratches) = self.sampler.parts_mut();
+            let slots = SharedMut::new(slots);
+            let scratches = SharedMut::new(scratches);
+            let logits = SharedMut::new(&mut s.logits[..n * vocab]);
+            let samples = SharedMut::new(&mut out.samples[..]);
+            let sample_rows = &s.sample_rows;
+            pool.run(sample_rows.len(), &|i, thread| {
+                let (r, owner) = sample_rows[i];
+                let slot = batch[owner as usize].slot as usize;
+                // SAFETY: each task has its own row r and its own slot (no slot twice in a
+                // step, checked by validate_step); scratch `thread` is used by one thread at a
+                // time; `owner` is written by this task alone.
+                unsafe {
+                    let state = &mut slots.slice_mut(slot, 1)[0];
+                    let scratch = &mut scratches.slice_mut(thread, 1)[0];
+                    let row = logits.slice_mut(r as usize * vocab, vocab);
+                    let token = sampling::sample_slot(state, row, scratch);
+                    samples.write(owner as usize, Some(token));
+                }
+            });
             done += n;
         }
         Ok(())
@@ -567,10 +594,7 @@ impl Backend for CpuBackend {
             device: format!(
                 "CPU, {} threads, {} kernels",
                 self.pool.threads(),
-                match self.isa {
-                    Isa::Avx2 => "avx2",
-                    Isa::Baseline => "baseline",
-                }
+                self.isa.name()
             ),
         }
     }

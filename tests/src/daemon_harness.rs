@@ -1,9 +1,9 @@
 //! Running a daemon for a test: start it on a private socket, wait until it answers, read its
 //! fd count / segment mappings / RSS from /proc, stop it.
 //!
-//! The engine is a parameter: `NERVA_TEST_ENGINE=test` (default) serves the deterministic test
-//! engine; `NERVA_TEST_ENGINE=model` serves the model engine (`NERVA_TEST_MODEL=<dir>` picks the
-//! snapshot, default the daemon's own default model). Tests compare outputs against a baseline
+//! The engine is a parameter: by default the real model engine serves (CPU backend;
+//! `NERVA_TEST_MODEL=<dir>` picks the snapshot, default the daemon's own random-weight `tiny`
+//! model); `NERVA_TEST_ENGINE=test` serves the deterministic test engine instead. Tests compare outputs against a baseline
 //! they compute through the same daemon, so they hold for either engine.
 
 use std::path::{Path, PathBuf};
@@ -17,23 +17,21 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// The engine flags for this run (see the module docs).
 pub fn engine_args() -> Vec<String> {
-    match std::env::var("NERVA_TEST_ENGINE").as_deref() {
-        Ok("model") => {
-            let mut a = vec!["--engine".to_string(), "model".to_string()];
-            if let Ok(dir) = std::env::var("NERVA_TEST_MODEL") {
-                a.push("--model".into());
-                a.push(dir);
-            }
-            a
-        }
-        _ => vec!["--engine".into(), "test".into()],
+    if test_engine() {
+        return vec!["--engine".into(), "test".into()];
     }
+    let mut a = vec!["--engine".to_string(), "model".to_string()];
+    if let Ok(dir) = std::env::var("NERVA_TEST_MODEL") {
+        a.push("--model".into());
+        a.push(dir);
+    }
+    a
 }
 
 /// Whether the deterministic test engine serves (some tests slow it down with
 /// `--test-step-us` to keep streams in flight).
 pub fn test_engine() -> bool {
-    !matches!(std::env::var("NERVA_TEST_ENGINE").as_deref(), Ok("model"))
+    matches!(std::env::var("NERVA_TEST_ENGINE").as_deref(), Ok("test"))
 }
 
 /// A running daemon.

@@ -168,15 +168,9 @@ fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
         EngineKind::Model => {
             let dir = match &args.model {
                 Some(dir) => dir.clone(),
-                None => {
-                    let dir = crate::model::generate::ensure_default_model()
-                        .map_err(|e| format!("default model: {e}"))?;
-                    tracing::warn!(
-                        model = %dir.display(),
-                        "no --model given: serving the RANDOM-WEIGHT `tiny` demo model; its output is noise, not language"
-                    );
-                    dir
-                }
+                // ensure_default_model() says plainly that this model has random weights.
+                None => crate::model::generate::ensure_default_model()
+                    .map_err(|e| format!("default model: {e}"))?,
             };
             tracing::info!(model = %dir.display(), "loading model");
             let loaded = crate::model::LoadedModel::load(&dir)

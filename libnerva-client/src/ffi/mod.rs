@@ -1,0 +1,12 @@
+//! The C ABI of libnerva-client, declared in `include/nerva.h` (generated from this module by
+//! cbindgen; see `libnerva-client/cbindgen.toml`).
+//!
+//! Every entry point is a thin shell over the safe Rust API: it null-checks and copies its
+//! arguments, runs the body under [`boundary`] (no panic crosses into C, one thread per client
+//! at a time) and maps errors to [`status::nerva_status`] codes. The names are the C names, so
+//! this module allows non-camel-case types.
+#![allow(non_camel_case_types)]
+
+mod boundary;
+pub mod status;
+pub mod version;

@@ -8,5 +8,8 @@
 #![allow(non_camel_case_types)]
 
 mod boundary;
+pub mod client;
+pub mod event;
+pub mod params;
 pub mod status;
 pub mod version;

@@ -94,9 +94,6 @@ pub extern "C" fn nerva_generate_default_params() -> nerva_generate_params {
     nerva_generate_params::from(&GenerateParams::default())
 }
 
-/// Most bytes of one stop string; longer ones are refused rather than searched for unbounded.
-const MAX_STOP_STRING_BYTES: usize = 4096;
-
 impl nerva_generate_params {
     /// Copy into the Rust API's parameters, refusing anything out of range.
     ///
@@ -115,9 +112,6 @@ impl nerva_generate_params {
             }
             // SAFETY: non-NULL and, by the caller's obligation, NUL-terminated and unchanged.
             let bytes = unsafe { CStr::from_ptr(ptr) }.to_bytes();
-            if bytes.len() > MAX_STOP_STRING_BYTES {
-                return Err(nerva_status::NERVA_E_TOO_LARGE);
-            }
             stop_strings.push(core::str::from_utf8(bytes).map_err(|_| invalid)?.to_owned());
         }
         // SAFETY: the caller's obligation covers the (stop_token_ids, n_stop_token_ids) pair.

@@ -7,3 +7,6 @@
 pub mod backend;
 pub mod engine;
 pub mod model;
+pub mod server;
+#[cfg(feature = "test-engine")]
+pub mod test_engine;

@@ -1,0 +1,762 @@
+//! [`Client`]: one connection to the daemon, with its own segment, rings and doorbells.
+
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::marker::PhantomData;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nerva_rings::completion::Event as WireEvent;
+use nerva_rings::descriptor::GenerateRequest as WireGenerate;
+use nerva_rings::handshake::ABI_VERSION;
+use nerva_rings::{
+    AdminQuery, ByteRange, ClientEnd, Completion, Descriptor, EventFd, EventKind, Extension,
+    GenerateFlags, Notifier, PromptKind, PushError, SamplingParams, Segment, SegmentMapping,
+    StatusCode,
+};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::connection::{RingSizes, connect_to, default_socket_path};
+use crate::error::{Error, Result};
+use crate::event::{Event, EventRef, FinishReason, Tag, Timings};
+use crate::input_arena::{ArenaError, InputArena};
+use crate::params::{GenerateParams, Prompt};
+use crate::text_assembly::TextAssembler;
+
+/// Tags with this bit are the library's own (NOP, admin); user requests count up from 1.
+const INTERNAL_TAG: u64 = 1 << 63;
+/// How often a non-blocking call that finds nothing checks the socket for a daemon hang-up.
+const LIVENESS_INTERVAL: Duration = Duration::from_millis(2);
+/// How long the blocking NOP and admin calls wait for their reply.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Completions decoded per ring refresh in one `poll`.
+const POLL_BATCH: usize = 64;
+
+/// Options for [`Client::connect_with`].
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Socket path; `None` for [`crate::default_socket_path`].
+    pub socket: Option<PathBuf>,
+    /// Ring and region sizes to ask for (zero: the daemon's defaults).
+    pub sizes: RingSizes,
+    /// How long [`Client::wait`] spins on the completion ring before it sleeps on the doorbell.
+    pub spin: Duration,
+}
+
+struct InFlight {
+    samples_left: u16,
+    next_seq: u32,
+}
+
+/// A connection to `nervad`.
+///
+/// `Send` but not `Sync`: use a client from one thread at a time (move it between threads
+/// freely). A process may open many clients; each has its own segment, rings and doorbells, so
+/// clients never contend with each other.
+///
+/// Dropping the client (or [`Client::close`]) closes the socket; the daemon cancels whatever
+/// was still in flight and reclaims the segment.
+pub struct Client {
+    end: ClientEnd,
+    sq_bell: Notifier,
+    cq_bell: EventFd,
+    socket: OwnedFd,
+    arena: InputArena,
+    /// Descriptors pushed so far (wrapping); the submission sequence number of the next one.
+    submitted: u32,
+    next_tag: u64,
+    next_internal: u64,
+    in_flight: HashMap<u64, InFlight>,
+    /// Events received while a blocking call waited for its own reply.
+    pending: VecDeque<Event>,
+    text: TextAssembler,
+    spin: Duration,
+    last_liveness: Instant,
+    shutting_down: bool,
+    gone: bool,
+    daemon_pid: u32,
+    slot: u32,
+    page_bytes: u64,
+    epoch: Instant,
+    // The rings' halves are already !Sync; this states the contract explicitly.
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+/// This library's wire ABI version (the daemon must speak the same).
+pub fn abi_version() -> u32 {
+    ABI_VERSION
+}
+
+impl Client {
+    /// Connect to the daemon at `path` (or the default socket path) with default sizes.
+    pub fn connect(path: Option<&Path>) -> Result<Client> {
+        Self::connect_with(&ConnectOptions {
+            socket: path.map(Path::to_path_buf),
+            ..ConnectOptions::default()
+        })
+    }
+
+    /// Connect with explicit options.
+    pub fn connect_with(options: &ConnectOptions) -> Result<Client> {
+        let path = options.socket.clone().unwrap_or_else(default_socket_path);
+        let conn = connect_to(&path, options.sizes)?;
+        let len = usize::try_from(conn.welcome.segment_bytes)
+            .map_err(|_| Error::Protocol("segment size".into()))?;
+        let mapping = SegmentMapping::map_fd(conn.map_fd.as_fd(), len)?;
+        drop(conn.map_fd);
+        let segment: Arc<Segment> =
+            Segment::open(mapping).map_err(|e| Error::Protocol(format!("segment header: {e}")))?;
+        let end = segment
+            .client_end()
+            .map_err(|e| Error::Protocol(format!("segment: {e}")))?;
+        let sq_bell = Notifier::new(
+            end.daemon_sleeping.clone(),
+            EventFd::from_owned(conn.sq_doorbell)?,
+        );
+        let cq_bell = EventFd::from_owned(conn.cq_doorbell)?;
+        let arena = InputArena::new(end.input.len());
+        Ok(Client {
+            end,
+            sq_bell,
+            cq_bell,
+            socket: conn.socket,
+            arena,
+            submitted: 0,
+            next_tag: 1,
+            next_internal: 1,
+            in_flight: HashMap::new(),
+            pending: VecDeque::new(),
+            text: TextAssembler::default(),
+            spin: options.spin,
+            last_liveness: Instant::now(),
+            shutting_down: false,
+            gone: false,
+            daemon_pid: conn.welcome.daemon_pid,
+            slot: conn.welcome.client_slot,
+            page_bytes: conn.welcome.page_bytes,
+            epoch: Instant::now(),
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Close the connection. In-flight requests are cancelled by the daemon.
+    pub fn close(self) {
+        drop(self);
+    }
+
+    /// The daemon's pid.
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon_pid
+    }
+
+    /// This client's slot in the daemon (as `nervactl clients` shows it).
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// Page size backing the shared segment.
+    pub fn page_bytes(&self) -> u64 {
+        self.page_bytes
+    }
+
+    /// Requests submitted whose samples have not all finished.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Set how long [`Client::wait`] spins before sleeping on the doorbell (0: sleep at once).
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// The completion doorbell's descriptor, readable when the daemon rang it (to integrate
+    /// with an application's own event loop; the daemon rings it only while
+    /// [`Client::wait`] announced sleep, so an external loop should poll with a timeout).
+    pub fn doorbell_fd(&self) -> std::os::fd::RawFd {
+        self.cq_bell.as_raw_fd()
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.gone {
+            return Err(Error::DaemonGone);
+        }
+        Ok(())
+    }
+
+    /// Submit a generation. Returns its tag; events for it follow through [`Client::poll`].
+    ///
+    /// Never blocks: if the submission ring or the input region is full, returns
+    /// [`Error::QueueFull`] (poll for events, then retry).
+    pub fn submit_generate(&mut self, prompt: Prompt<'_>, params: &GenerateParams) -> Result<Tag> {
+        self.check_usable()?;
+        if self.shutting_down {
+            return Err(Error::ShuttingDown);
+        }
+        params.validate()?;
+        let token_bytes;
+        let (kind, bytes): (PromptKind, &[u8]) = match prompt {
+            Prompt::Text(t) => (PromptKind::Text, t.as_bytes()),
+            Prompt::Chat(c) => (PromptKind::ChatJson, c.as_bytes()),
+            Prompt::Tokens(ids) => {
+                token_bytes = ids
+                    .iter()
+                    .flat_map(|id| id.to_le_bytes())
+                    .collect::<Vec<u8>>();
+                (PromptKind::TokenIds, &token_bytes[..])
+            }
+        };
+        if bytes.is_empty() {
+            return Err(Error::InvalidArgument("empty prompt".into()));
+        }
+        let ext = Extension {
+            stop_token_ids: params.stop_token_ids.clone(),
+            stop_strings: params.stop_strings.clone(),
+            presence_penalty: params.presence_penalty,
+            frequency_penalty: params.frequency_penalty,
+            top_logprobs: params.top_logprobs,
+            ignore_eos: params.ignore_eos,
+        };
+        let ext_bytes = if ext.is_default() {
+            Vec::new()
+        } else {
+            ext.encode()
+                .map_err(|e| Error::InvalidArgument(format!("stop conditions: {e:?}")))?
+        };
+        let total = bytes.len() as u64 + ext_bytes.len() as u64;
+        self.reclaim_input()?;
+        let (offset, end) = match self.arena.reserve(total) {
+            Ok(r) => r,
+            Err(ArenaError::TooLarge) => {
+                return Err(Error::TooLarge {
+                    needed: total,
+                    capacity: self.arena.size(),
+                });
+            }
+            Err(ArenaError::Full) => return Err(Error::QueueFull),
+        };
+        let offset32 = u32::try_from(offset).map_err(|_| Error::Protocol("input offset".into()))?;
+        let prompt_len = u32::try_from(bytes.len()).map_err(|_| Error::TooLarge {
+            needed: total,
+            capacity: self.arena.size(),
+        })?;
+        let tag = self.next_tag;
+        let mut flags = GenerateFlags::NONE;
+        if params.stream_tokens {
+            flags = flags | GenerateFlags::STREAM_TOKENS;
+        }
+        if params.stream_text {
+            flags = flags | GenerateFlags::STREAM_TEXT;
+        }
+        if params.logprobs {
+            flags = flags | GenerateFlags::LOGPROBS;
+        }
+        let request = WireGenerate {
+            tag,
+            prompt_kind: kind,
+            prompt: ByteRange::new(offset32, prompt_len),
+            max_tokens: params.max_tokens,
+            sampling: SamplingParams {
+                temperature: params.temperature,
+                top_k: params.top_k,
+                top_p: params.top_p,
+                min_p: params.min_p,
+                repetition_penalty: params.repetition_penalty,
+                seed: params.seed,
+            },
+            n_samples: params.n_samples,
+            priority: params.priority,
+            flags,
+            extension: (!ext_bytes.is_empty())
+                .then(|| ByteRange::new(offset32 + prompt_len, ext_bytes.len() as u32)),
+        };
+        let descriptor =
+            Descriptor::generate(&request).map_err(|e| Error::InvalidArgument(format!("{e:?}")))?;
+        // Bytes first, then the descriptor: the ring's Release publish orders them.
+        self.end
+            .input
+            .write(offset32, bytes)
+            .and_then(|()| self.end.input.write(offset32 + prompt_len, &ext_bytes))
+            .map_err(|e| Error::Protocol(format!("input region: {e:?}")))?;
+        self.push(descriptor)?;
+        self.arena.commit(self.submitted.wrapping_sub(1), end);
+        self.next_tag += 1;
+        self.in_flight.insert(
+            tag,
+            InFlight {
+                samples_left: params.n_samples,
+                next_seq: 0,
+            },
+        );
+        Ok(Tag(tag))
+    }
+
+    /// Ask the daemon to cancel `tag`. Its samples end with `Done { reason: Cancelled }` (or
+    /// normally, if they finished first).
+    pub fn cancel(&mut self, tag: Tag) -> Result<()> {
+        self.check_usable()?;
+        if !self.in_flight.contains_key(&tag.0) {
+            return Err(Error::UnknownTag(tag.0));
+        }
+        self.push(Descriptor::cancel(tag.0))
+    }
+
+    fn push(&mut self, descriptor: Descriptor) -> Result<()> {
+        match self.end.submissions.push(descriptor) {
+            Ok(()) => {}
+            Err(PushError::Full(_)) => return Err(Error::QueueFull),
+            Err(PushError::Corrupt(_, e)) => return Err(Error::Protocol(e.to_string())),
+        }
+        self.submitted = self.submitted.wrapping_add(1);
+        self.sq_bell.notify()?;
+        Ok(())
+    }
+
+    /// Release input bytes of descriptors the daemon has consumed.
+    fn reclaim_input(&mut self) -> Result<()> {
+        let free = self
+            .end
+            .submissions
+            .free_slots()
+            .map_err(|e| Error::Protocol(e.to_string()))?;
+        let queued = self.end.submissions.capacity() - free;
+        self.arena
+            .release_before(self.submitted.wrapping_sub(queued));
+        Ok(())
+    }
+
+    /// Round trip of one `NOP` through the daemon (measures the transport: rings, doorbells,
+    /// the daemon's poll loop). Blocks up to 5 s; other events that arrive meanwhile are kept
+    /// for the next [`Client::poll`].
+    pub fn nop(&mut self) -> Result<Duration> {
+        self.check_usable()?;
+        let tag = INTERNAL_TAG | self.next_internal;
+        self.next_internal += 1;
+        let sent = self.epoch.elapsed().as_nanos() as u64;
+        let start = Instant::now();
+        self.push(Descriptor::nop(tag, sent))?;
+        match self.await_reply(tag, EventKind::NopReply)? {
+            WireEvent::NopReply { payload } if payload == sent => Ok(start.elapsed()),
+            _ => Err(Error::Protocol(
+                "NOP reply does not echo the payload".into(),
+            )),
+        }
+    }
+
+    /// The daemon's status as JSON (model, backend, device, arenas, page size, uptime).
+    pub fn status(&mut self) -> Result<String> {
+        self.admin(AdminQuery::Status)
+    }
+
+    /// Connected clients as JSON (pid, uid, ring occupancy, in-flight, tokens served).
+    pub fn clients(&mut self) -> Result<String> {
+        self.admin(AdminQuery::Clients)
+    }
+
+    /// Throughput and latency percentiles as JSON.
+    pub fn stats(&mut self) -> Result<String> {
+        self.admin(AdminQuery::Stats)
+    }
+
+    /// Ask the daemon to drain and exit (subject to its access policy). Returns its
+    /// acknowledgement as JSON.
+    pub fn shutdown_daemon(&mut self) -> Result<String> {
+        self.admin(AdminQuery::Shutdown)
+    }
+
+    fn admin(&mut self, query: AdminQuery) -> Result<String> {
+        self.check_usable()?;
+        let tag = INTERNAL_TAG | self.next_internal;
+        self.next_internal += 1;
+        // Blocking call on `&mut self`: no other admin reply can be in flight, so the whole
+        // output region is this reply's buffer.
+        let cap = u32::try_from(self.end.output.len()).unwrap_or(u32::MAX);
+        self.push(Descriptor::admin(tag, query, ByteRange::new(0, cap)))?;
+        let WireEvent::AdminReply(reply) = self.await_reply(tag, EventKind::AdminReply)? else {
+            return Err(Error::Protocol("admin reply expected".into()));
+        };
+        if reply.status != StatusCode::Ok.as_u16() {
+            return Err(match StatusCode::from_u16(reply.status) {
+                Some(StatusCode::ReplyTruncated) => Error::TooLarge {
+                    needed: u64::from(reply.required),
+                    capacity: u64::from(cap),
+                },
+                Some(code) => Error::Rejected(code),
+                None => Error::Protocol(format!("admin status {}", reply.status)),
+            });
+        }
+        let bytes = self
+            .end
+            .output
+            .read_range(ByteRange::new(reply.offset, reply.len))
+            .map_err(|e| Error::Protocol(format!("admin reply range: {e:?}")))?;
+        String::from_utf8(bytes).map_err(|_| Error::Protocol("admin reply is not UTF-8".into()))
+    }
+
+    /// Wait for the completion `tag`/`kind`, stashing every other event in `pending`.
+    fn await_reply(&mut self, tag: u64, kind: EventKind) -> Result<WireEvent> {
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            let mut found = None;
+            let mut stash = Vec::new();
+            self.drain(
+                |c| {
+                    if c.tag() == tag && c.kind() == Some(kind) && found.is_none() {
+                        found = Some(*c);
+                        false
+                    } else {
+                        true
+                    }
+                },
+                &mut |e| stash.push(e.to_owned()),
+            )?;
+            self.pending.extend(stash);
+            if let Some(c) = found {
+                return c.event().map_err(|e| Error::Protocol(e.to_string()));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout);
+            }
+            self.block(Some(left))?;
+        }
+    }
+
+    /// Deliver available events to `f` without blocking; returns how many were delivered.
+    /// Borrowed data in an event is valid during the call to `f` only.
+    pub fn poll_with(&mut self, mut f: impl FnMut(EventRef<'_>)) -> Result<usize> {
+        let mut n = 0;
+        while let Some(e) = self.pending.pop_front() {
+            f(as_ref(&e));
+            n += 1;
+        }
+        if self.gone {
+            return if n > 0 { Ok(n) } else { Err(Error::DaemonGone) };
+        }
+        let got = self.drain(|_| true, &mut |e| {
+            f(e);
+        })?;
+        n += got;
+        if n == 0 && self.last_liveness.elapsed() >= LIVENESS_INTERVAL {
+            self.last_liveness = Instant::now();
+            self.check_alive(PollTimeout::ZERO)?;
+        }
+        Ok(n)
+    }
+
+    /// Append available events to `events` without blocking; returns how many were added.
+    pub fn poll(&mut self, events: &mut Vec<Event>) -> Result<usize> {
+        self.poll_with(|e| events.push(e.to_owned()))
+    }
+
+    /// Block until an event is available, the timeout passes (`Ok(false)`), or the daemon
+    /// goes away (`Err(DaemonGone)`). Spins first for the configured spin time, then sleeps on
+    /// the completion doorbell together with the socket (so a daemon crash wakes it).
+    pub fn wait(&mut self, timeout: Option<Duration>) -> Result<bool> {
+        if !self.pending.is_empty() {
+            return Ok(true);
+        }
+        self.check_usable()?;
+        self.block(timeout)
+    }
+
+    fn has_completions(&mut self) -> Result<bool> {
+        self.end
+            .completions
+            .has_pending()
+            .map_err(|e| Error::Protocol(e.to_string()))
+    }
+
+    fn block(&mut self, timeout: Option<Duration>) -> Result<bool> {
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        if !self.spin.is_zero() {
+            while start.elapsed() < self.spin {
+                if self.has_completions()? {
+                    return Ok(true);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok(false);
+                }
+                std::hint::spin_loop();
+            }
+        }
+        loop {
+            if self.has_completions()? {
+                return Ok(true);
+            }
+            // Need-wakeup handshake: announce, re-check, then sleep.
+            self.end.client_waiting.prepare_sleep();
+            if self.has_completions()? {
+                self.end.client_waiting.finish_sleep();
+                return Ok(true);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                self.end.client_waiting.finish_sleep();
+                return Ok(false);
+            }
+            let timeout = match left {
+                None => PollTimeout::NONE,
+                // Round up so a sub-millisecond remainder still sleeps instead of spinning.
+                Some(l) => PollTimeout::try_from(l + Duration::from_micros(999))
+                    .unwrap_or(PollTimeout::MAX),
+            };
+            let woke = self.sleep_on_doorbell(timeout);
+            self.end.client_waiting.finish_sleep();
+            let _ = self.cq_bell.drain();
+            woke?;
+        }
+    }
+
+    /// poll(2) on the completion doorbell and the socket.
+    fn sleep_on_doorbell(&mut self, timeout: PollTimeout) -> Result<()> {
+        let mut fds = [
+            PollFd::new(self.cq_bell.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.socket.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let sock = fds[1].revents().unwrap_or(PollFlags::empty());
+        if !sock.is_empty() {
+            drop(fds);
+            self.check_alive(PollTimeout::ZERO)?;
+        }
+        Ok(())
+    }
+
+    /// The daemon never writes to the socket after the welcome: readable means EOF or error,
+    /// i.e. the daemon is gone.
+    fn check_alive(&mut self, timeout: PollTimeout) -> Result<()> {
+        let mut fds = [PollFd::new(self.socket.as_fd(), PollFlags::POLLIN)];
+        let ready = poll(&mut fds, timeout).unwrap_or(0);
+        let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+        if ready > 0 && !revents.is_empty() {
+            // Anything readable (EOF, error, or stray bytes from a broken daemon) ends it, but
+            // completions already in the ring are still delivered first.
+            if self.has_completions().unwrap_or(false) {
+                return Ok(());
+            }
+            self.gone = true;
+            return Err(Error::DaemonGone);
+        }
+        Ok(())
+    }
+
+    /// Decode completions from the ring. `keep(c)` false means "the caller took this one"
+    /// (internal replies); everything else goes to `f` as an event.
+    fn drain(
+        &mut self,
+        mut keep: impl FnMut(&Completion) -> bool,
+        f: &mut dyn FnMut(EventRef<'_>),
+    ) -> Result<usize> {
+        let mut buf = [Completion::default(); POLL_BATCH];
+        let mut delivered = 0;
+        loop {
+            let n = self
+                .end
+                .completions
+                .pop_slice(&mut buf)
+                .map_err(|e| Error::Protocol(e.to_string()))?;
+            for c in &buf[..n] {
+                if !keep(c) {
+                    continue;
+                }
+                delivered += self.deliver(c, f)?;
+            }
+            if n < POLL_BATCH {
+                return Ok(delivered);
+            }
+        }
+    }
+
+    fn deliver(&mut self, c: &Completion, f: &mut dyn FnMut(EventRef<'_>)) -> Result<usize> {
+        let raw_tag = c.tag();
+        let tag = Tag(raw_tag);
+        let sample = c.sample();
+        if c.kind() == Some(EventKind::Shutdown) {
+            self.shutting_down = true;
+            f(EventRef::Shutdown);
+            return Ok(1);
+        }
+        if raw_tag & INTERNAL_TAG != 0 {
+            // A late reply to a blocking call that already timed out: nothing waits for it.
+            return Ok(0);
+        }
+        let Some(state) = self.in_flight.get_mut(&raw_tag) else {
+            return Err(Error::Protocol(format!(
+                "completion for tag {raw_tag}, which is not in flight"
+            )));
+        };
+        if c.seq() != state.next_seq {
+            return Err(Error::Protocol(format!(
+                "tag {raw_tag}: completion seq {} where {} was due",
+                c.seq(),
+                state.next_seq
+            )));
+        }
+        state.next_seq = state.next_seq.wrapping_add(1);
+        // Text is reassembled from raw bytes so a split code point is joined, not refused.
+        if c.kind() == Some(EventKind::Text) {
+            let raw = c.to_bytes();
+            let n = usize::from(c.count()).min(nerva_rings::INLINE_TEXT_BYTES);
+            let text = self.text.push(raw_tag, sample, &raw[16..16 + n]);
+            if text.is_empty() {
+                return Ok(0);
+            }
+            f(EventRef::Text { tag, sample, text });
+            return Ok(1);
+        }
+        let event = c.event().map_err(|e| Error::Protocol(e.to_string()))?;
+        match event {
+            WireEvent::Tokens(chunk) => f(EventRef::Tokens {
+                tag,
+                sample,
+                ids: chunk.ids(),
+                logprobs: chunk.logprobs(),
+            }),
+            WireEvent::TopLogprobs(top) => {
+                let mut ids = [0u32; nerva_rings::INLINE_TOP_LOGPROBS];
+                let mut lps = [0f32; nerva_rings::INLINE_TOP_LOGPROBS];
+                let pairs = top.pairs();
+                for (i, (id, lp)) in pairs.iter().enumerate() {
+                    ids[i] = *id;
+                    lps[i] = *lp;
+                }
+                f(EventRef::TopLogprobs {
+                    tag,
+                    sample,
+                    position: top.position,
+                    ids: &ids[..pairs.len()],
+                    logprobs: &lps[..pairs.len()],
+                });
+            }
+            WireEvent::Done(info) => {
+                let mut delivered = 0;
+                let tail = self.text.finish(raw_tag, sample);
+                if !tail.is_empty() {
+                    f(EventRef::Text {
+                        tag,
+                        sample,
+                        text: tail,
+                    });
+                    delivered += 1;
+                }
+                let reason = match info.finish {
+                    nerva_rings::FinishReason::Stop => FinishReason::Stop,
+                    nerva_rings::FinishReason::Length => FinishReason::Length,
+                    nerva_rings::FinishReason::ContextLength => FinishReason::ContextLength,
+                    nerva_rings::FinishReason::Cancelled => FinishReason::Cancelled,
+                    nerva_rings::FinishReason::Error => FinishReason::Error,
+                    nerva_rings::FinishReason::Shutdown => FinishReason::Shutdown,
+                };
+                let timings = Timings {
+                    queue: Duration::from_micros(info.queue_us),
+                    time_to_first_token: Duration::from_micros(info.first_token_us),
+                    decode: Duration::from_micros(info.decode_us),
+                    prompt_tokens: info.prompt_tokens,
+                    generated_tokens: info.generated_tokens,
+                };
+                if let Some(state) = self.in_flight.get_mut(&raw_tag) {
+                    state.samples_left = state.samples_left.saturating_sub(1);
+                    if state.samples_left == 0 {
+                        self.in_flight.remove(&raw_tag);
+                    }
+                }
+                f(EventRef::Done {
+                    tag,
+                    sample,
+                    reason,
+                    timings,
+                });
+                return Ok(delivered + 1);
+            }
+            WireEvent::Error { status, detail } => {
+                self.in_flight.remove(&raw_tag);
+                f(EventRef::Error {
+                    tag,
+                    status,
+                    detail: detail.as_str(),
+                });
+            }
+            WireEvent::Text(_)
+            | WireEvent::Shutdown { .. }
+            | WireEvent::NopReply { .. }
+            | WireEvent::AdminReply(_) => {
+                return Err(Error::Protocol(format!(
+                    "unexpected completion kind for tag {raw_tag}"
+                )));
+            }
+        }
+        Ok(1)
+    }
+}
+
+fn as_ref(e: &Event) -> EventRef<'_> {
+    match e {
+        Event::Tokens {
+            tag,
+            sample,
+            ids,
+            logprobs,
+        } => EventRef::Tokens {
+            tag: *tag,
+            sample: *sample,
+            ids,
+            logprobs,
+        },
+        Event::TopLogprobs {
+            tag,
+            sample,
+            position,
+            ids,
+            logprobs,
+        } => EventRef::TopLogprobs {
+            tag: *tag,
+            sample: *sample,
+            position: *position,
+            ids,
+            logprobs,
+        },
+        Event::Text { tag, sample, text } => EventRef::Text {
+            tag: *tag,
+            sample: *sample,
+            text,
+        },
+        Event::Done {
+            tag,
+            sample,
+            reason,
+            timings,
+        } => EventRef::Done {
+            tag: *tag,
+            sample: *sample,
+            reason: *reason,
+            timings: *timings,
+        },
+        Event::Error {
+            tag,
+            status,
+            detail,
+        } => EventRef::Error {
+            tag: *tag,
+            status: *status,
+            detail,
+        },
+        Event::Shutdown => EventRef::Shutdown,
+    }
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("slot", &self.slot)
+            .field("daemon_pid", &self.daemon_pid)
+            .field("in_flight", &self.in_flight.len())
+            .field("gone", &self.gone)
+            .finish()
+    }
+}

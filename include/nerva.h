@@ -50,6 +50,37 @@
 
 
 /**
+ * Most token ids (and log-probabilities) one `nerva_event` carries inline. Longer runs arrive
+ * as several consecutive events of the same kind.
+ */
+#define NERVA_EVENT_MAX_TOKENS 16
+
+/**
+ * Most samples one request may ask for (`n_samples`).
+ */
+#define NERVA_MAX_SAMPLES 64
+
+/**
+ * Most alternatives per token (`top_logprobs`).
+ */
+#define NERVA_MAX_TOP_LOGPROBS 20
+
+/**
+ * Most stop strings per request.
+ */
+#define NERVA_MAX_STOP_STRINGS 16
+
+/**
+ * Most bytes of one stop string.
+ */
+#define NERVA_MAX_STOP_STRING_BYTES 256
+
+/**
+ * Most stop token ids per request.
+ */
+#define NERVA_MAX_STOP_TOKEN_IDS 64
+
+/**
  * Version of this C ABI (functions, structs, codes in `nerva.h`). Bumped on any incompatible
  * change. Compare `nerva_abi_version()` (the library you linked) with this constant (the header
  * you compiled against) at start-up; they must be equal.
@@ -57,29 +88,127 @@
 #define NERVA_ABI_VERSION 1
 
 /**
+ * What a `nerva_event` reports.
+ */
+enum nerva_event_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+    /**
+     * New token ids of one sample: `tokens[0..n_tokens]`, with `logprobs[0..n_logprobs]`
+     * (`n_logprobs` is 0 unless the request asked for log-probabilities).
+     */
+    NERVA_EVENT_TOKENS = 1,
+    /**
+     * The most likely alternatives for generated token number `position` of one sample
+     * (only with `top_logprobs > 0`): `tokens[0..n_tokens]`, most likely first, with their
+     * `logprobs`.
+     */
+    NERVA_EVENT_TOP_LOGPROBS = 2,
+    /**
+     * A piece of output text of one sample: `text[0..text_len]`, whole UTF-8 code points
+     * only.
+     */
+    NERVA_EVENT_TEXT = 3,
+    /**
+     * One sample ended: `finish_reason` and `timings` are set. Exactly one per sample of
+     * every accepted request; the request is over when all its samples are done.
+     */
+    NERVA_EVENT_DONE = 4,
+    /**
+     * The whole request failed (no DONE follows for it): `status` holds the daemon's
+     * `nerva_request_status` code and `text` a short detail from the daemon (maybe empty).
+     */
+    NERVA_EVENT_ERROR = 5,
+    /**
+     * The daemon is shutting down: it accepts no new work, and in-flight samples end with
+     * DONE and `NERVA_FINISH_SHUTDOWN` unless they finish within its drain time. `tag` is 0.
+     */
+    NERVA_EVENT_SHUTDOWN = 6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum nerva_event_kind nerva_event_kind;
+#else
+typedef uint32_t nerva_event_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Why a sample ended (in `NERVA_EVENT_DONE` events; `NERVA_FINISH_NONE` elsewhere).
+ */
+enum nerva_finish_reason
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+    /**
+     * Not a DONE event.
+     */
+    NERVA_FINISH_NONE = 0,
+    /**
+     * An end-of-sequence id, a stop token id or a stop string.
+     */
+    NERVA_FINISH_STOP = 1,
+    /**
+     * `max_tokens` reached.
+     */
+    NERVA_FINISH_LENGTH = 2,
+    /**
+     * The model's context length reached.
+     */
+    NERVA_FINISH_CONTEXT_LENGTH = 3,
+    /**
+     * Cancelled by `nerva_client_cancel`.
+     */
+    NERVA_FINISH_CANCELLED = 4,
+    /**
+     * The daemon failed this sample (see its log).
+     */
+    NERVA_FINISH_ERROR = 5,
+    /**
+     * The daemon shut down before the sample finished.
+     */
+    NERVA_FINISH_SHUTDOWN = 6,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum nerva_finish_reason nerva_finish_reason;
+#else
+typedef uint32_t nerva_finish_reason;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
  * Return codes of every `int`-returning `nerva_` function: `NERVA_OK` (0) or a negative code.
+ * The numbers equal the Rust API's `ErrorCode`s (one table for both languages); -100 and below
+ * belong to the C layer alone.
  *
- * | code | name                         | meaning                                              | state after the failed call                                   |
- * |-----:|------------------------------|------------------------------------------------------|---------------------------------------------------------------|
- * |    0 | NERVA_OK                     | success                                              | -                                                             |
- * |   -1 | NERVA_E_INVALID_ARGUMENT     | NULL pointer, bad length, parameter out of range, text not UTF-8 | nothing sent, nothing changed; fix the call           |
- * |   -2 | NERVA_E_NOT_CONNECTED        | no daemon listens at the socket path                 | connect: `*out` is NULL; start nervad or fix the path        |
- * |   -3 | NERVA_E_DAEMON_GONE          | the daemon hung up, crashed or was killed            | the client is dead: every later call fails; close it         |
- * |   -4 | NERVA_E_RING_FULL            | no room in the submission ring or input area *now*   | nothing sent; poll/wait for events, then retry                |
- * |   -5 | NERVA_E_VERSION_MISMATCH     | library and daemon speak different wire versions     | connect: `*out` is NULL; upgrade one side                     |
- * |   -6 | NERVA_E_PERMISSION_DENIED    | the daemon's access policy refused this process      | connect: `*out` is NULL                                       |
- * |   -7 | NERVA_E_TIMEOUT              | nothing arrived within the timeout                   | nothing changed; call again                                   |
- * |   -8 | NERVA_E_TOO_LARGE            | the request can never fit the client's data area     | nothing sent; shorten the prompt or stop strings              |
- * |   -9 | NERVA_E_BUSY                 | the daemon is at its client limit or out of memory   | connect: `*out` is NULL; retry later                          |
- * |  -10 | NERVA_E_SHUTTING_DOWN        | the daemon is draining and accepts no new work       | in-flight requests still finish; close the client             |
- * |  -11 | NERVA_E_PROTOCOL             | the daemon sent something malformed                  | the client is unusable; close it                              |
- * |  -12 | NERVA_E_IO                   | a system call failed (`errno` is kept)               | connect: `*out` is NULL; otherwise close the client           |
- * |  -13 | NERVA_E_UNKNOWN_TAG          | the tag is not in flight (finished or never issued)  | nothing changed; harmless after a race with completion       |
- * |  -14 | NERVA_E_CLIENT_IN_USE        | another thread is inside a call on this client       | nothing done; serialize calls on one client                   |
- * |  -15 | NERVA_E_INTERNAL             | a bug inside the library (caught, never unwound into C) | the client is poisoned: later calls fail; close it         |
+ * | code | name                        | meaning                                             | state after the failed call                          |
+ * |-----:|-----------------------------|-----------------------------------------------------|------------------------------------------------------|
+ * |    0 | NERVA_OK                    | success                                             | -                                                    |
+ * |   -1 | NERVA_E_INVALID_ARGUMENT    | NULL pointer, bad length, parameter out of range, text not UTF-8 | nothing sent, nothing changed           |
+ * |   -2 | NERVA_E_NO_DAEMON           | not connected: no daemon listens at the socket path | connect: `*out` is NULL; start nervad or fix the path |
+ * |   -3 | NERVA_E_PERMISSION_DENIED   | the daemon's access policy refused this process     | connect: `*out` is NULL                              |
+ * |   -4 | NERVA_E_VERSION_MISMATCH    | library and daemon speak different wire versions    | connect: `*out` is NULL; upgrade one side            |
+ * |   -5 | NERVA_E_TOO_MANY_CLIENTS    | the daemon serves its maximum number of clients     | connect: `*out` is NULL; retry later                 |
+ * |   -6 | NERVA_E_RESOURCE_EXHAUSTED  | the daemon could not create this client's segment   | connect: `*out` is NULL; retry later                 |
+ * |   -7 | NERVA_E_DAEMON_GONE         | the daemon exited, crashed or dropped this client   | the client is dead, later calls fail; close it       |
+ * |   -8 | NERVA_E_RING_FULL           | submission ring or input area full *now*            | nothing sent; poll events (or wait), then retry      |
+ * |   -9 | NERVA_E_TIMEOUT             | nothing arrived within the timeout                  | nothing changed; call again                          |
+ * |  -10 | NERVA_E_SHUTTING_DOWN       | the daemon is draining and accepts no new work      | nothing sent; in-flight requests still finish        |
+ * |  -11 | NERVA_E_REJECTED            | the daemon refused the request                      | that request is over; nothing else changed           |
+ * |  -12 | NERVA_E_PROTOCOL            | the daemon broke the protocol (corrupt ring/segment)| the client is unusable; close it                     |
+ * |  -13 | NERVA_E_IO                  | an operating-system call failed (`errno` is kept)   | connect: `*out` is NULL; otherwise close the client  |
+ * |  -14 | NERVA_E_TOO_LARGE           | the request can never fit the client's data area    | nothing sent; shorten the prompt or stop lists       |
+ * |  -15 | NERVA_E_UNKNOWN_TAG         | no request with this tag is in flight               | nothing changed (harmless after a race with DONE)    |
+ * | -100 | NERVA_E_CLIENT_IN_USE       | another thread is inside a call on this client      | nothing done; serialize calls on one client          |
+ * | -101 | NERVA_E_INTERNAL            | a bug in the library, caught before it reached C    | the client is poisoned, later calls fail; close it   |
  *
- * Errors that belong to one request (a parameter the daemon rejected, a prompt longer than the
- * model's context) arrive as `NERVA_EVENT_ERROR` events with the same codes in `status`.
+ * A request that fails inside the daemon (a prompt longer than the context, a token id
+ * outside the vocabulary) is reported by a `NERVA_EVENT_ERROR` event whose `status` is a
+ * `nerva_request_status`, not by a return code.
  */
 enum nerva_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -95,61 +224,69 @@ enum nerva_status
      */
     NERVA_E_INVALID_ARGUMENT = -1,
     /**
-     * No daemon listens at the socket path.
+     * Not connected: no daemon listens at the socket path.
      */
-    NERVA_E_NOT_CONNECTED = -2,
-    /**
-     * The daemon hung up, crashed or was killed; the client is dead.
-     */
-    NERVA_E_DAEMON_GONE = -3,
-    /**
-     * No room in the submission ring or input area now; retry after polling events.
-     */
-    NERVA_E_RING_FULL = -4,
-    /**
-     * Library and daemon speak different wire versions.
-     */
-    NERVA_E_VERSION_MISMATCH = -5,
+    NERVA_E_NO_DAEMON = -2,
     /**
      * The daemon's access policy refused this process.
      */
-    NERVA_E_PERMISSION_DENIED = -6,
+    NERVA_E_PERMISSION_DENIED = -3,
+    /**
+     * Library and daemon speak different wire versions.
+     */
+    NERVA_E_VERSION_MISMATCH = -4,
+    /**
+     * The daemon serves its maximum number of clients; retry later.
+     */
+    NERVA_E_TOO_MANY_CLIENTS = -5,
+    /**
+     * The daemon could not create this client's segment; retry later.
+     */
+    NERVA_E_RESOURCE_EXHAUSTED = -6,
+    /**
+     * The daemon exited, crashed or dropped this client; the client is dead.
+     */
+    NERVA_E_DAEMON_GONE = -7,
+    /**
+     * No room in the submission ring or input area now; poll events, then retry.
+     */
+    NERVA_E_RING_FULL = -8,
     /**
      * Nothing arrived within the timeout.
      */
-    NERVA_E_TIMEOUT = -7,
-    /**
-     * The request can never fit the client's data area.
-     */
-    NERVA_E_TOO_LARGE = -8,
-    /**
-     * The daemon is at its client limit or out of memory; retry later.
-     */
-    NERVA_E_BUSY = -9,
+    NERVA_E_TIMEOUT = -9,
     /**
      * The daemon is shutting down and accepts no new work.
      */
     NERVA_E_SHUTTING_DOWN = -10,
     /**
-     * The daemon sent something malformed; the client is unusable.
+     * The daemon refused the request.
      */
-    NERVA_E_PROTOCOL = -11,
+    NERVA_E_REJECTED = -11,
     /**
-     * A system call failed; `errno` holds the reason.
+     * The daemon broke the protocol; the client is unusable.
      */
-    NERVA_E_IO = -12,
+    NERVA_E_PROTOCOL = -12,
     /**
-     * The tag is not in flight.
+     * An operating-system call failed; `errno` holds the reason.
      */
-    NERVA_E_UNKNOWN_TAG = -13,
+    NERVA_E_IO = -13,
+    /**
+     * The request can never fit the client's data area.
+     */
+    NERVA_E_TOO_LARGE = -14,
+    /**
+     * No request with this tag is in flight.
+     */
+    NERVA_E_UNKNOWN_TAG = -15,
     /**
      * Another thread is inside a call on this client.
      */
-    NERVA_E_CLIENT_IN_USE = -14,
+    NERVA_E_CLIENT_IN_USE = -100,
     /**
      * A bug inside the library; the client is poisoned.
      */
-    NERVA_E_INTERNAL = -15,
+    NERVA_E_INTERNAL = -101,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -160,19 +297,529 @@ typedef int32_t nerva_status;
 #endif // __cplusplus
 
 /**
- * Every code, in table order (used by `nerva_strerror` and the tests).
+ * Why the daemon refused or failed one request: the `status` of a `NERVA_EVENT_ERROR` event.
+ * The numbers are the wire protocol's status codes (never renumbered, only added to); a newer
+ * daemon may send a number this header does not list, so compare against the names you handle
+ * and treat the rest as a generic failure. `nerva_request_status_string` describes any code.
  */
-#define nerva_status_ALL { NERVA_OK, NERVA_E_INVALID_ARGUMENT, NERVA_E_NOT_CONNECTED, NERVA_E_DAEMON_GONE, NERVA_E_RING_FULL, NERVA_E_VERSION_MISMATCH, NERVA_E_PERMISSION_DENIED, NERVA_E_TIMEOUT, NERVA_E_TOO_LARGE, NERVA_E_BUSY, NERVA_E_SHUTTING_DOWN, NERVA_E_PROTOCOL, NERVA_E_IO, NERVA_E_UNKNOWN_TAG, NERVA_E_CLIENT_IN_USE, NERVA_E_INTERNAL, }
+enum nerva_request_status
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+    /**
+     * Success.
+     */
+    NERVA_REQUEST_OK = 0,
+    /**
+     * Descriptor opcode not known to this daemon.
+     */
+    NERVA_REQUEST_UNKNOWN_OPCODE = 1,
+    /**
+     * Descriptor layout version not supported.
+     */
+    NERVA_REQUEST_UNSUPPORTED_VERSION = 2,
+    /**
+     * A flag bit this version does not define was set.
+     */
+    NERVA_REQUEST_RESERVED_FLAGS = 3,
+    /**
+     * A field unused by this opcode was not zero.
+     */
+    NERVA_REQUEST_RESERVED_NON_ZERO = 4,
+    /**
+     * Prompt kind not text / token ids / chat JSON.
+     */
+    NERVA_REQUEST_BAD_PROMPT_KIND = 5,
+    /**
+     * Prompt length is zero.
+     */
+    NERVA_REQUEST_EMPTY_PROMPT = 6,
+    /**
+     * Token-id prompt length is not a multiple of 4.
+     */
+    NERVA_REQUEST_MISALIGNED_TOKEN_IDS = 7,
+    /**
+     * Prompt (offset, len) lies outside the input region.
+     */
+    NERVA_REQUEST_PROMPT_OUT_OF_RANGE = 8,
+    /**
+     * `max_tokens` is zero.
+     */
+    NERVA_REQUEST_BAD_MAX_TOKENS = 9,
+    /**
+     * Temperature is not finite or is negative.
+     */
+    NERVA_REQUEST_BAD_TEMPERATURE = 10,
+    /**
+     * `top_p` is not in (0, 1].
+     */
+    NERVA_REQUEST_BAD_TOP_P = 11,
+    /**
+     * `min_p` is not in [0, 1].
+     */
+    NERVA_REQUEST_BAD_MIN_P = 12,
+    /**
+     * Repetition penalty is not finite and > 0.
+     */
+    NERVA_REQUEST_BAD_REPETITION_PENALTY = 13,
+    /**
+     * `n_samples` is 0 or above [`crate::MAX_SAMPLES`].
+     */
+    NERVA_REQUEST_BAD_SAMPLE_COUNT = 14,
+    /**
+     * Extension (offset, len) lies outside the input region.
+     */
+    NERVA_REQUEST_EXTENSION_OUT_OF_RANGE = 15,
+    /**
+     * Extension block malformed.
+     */
+    NERVA_REQUEST_BAD_EXTENSION = 16,
+    /**
+     * Admin query kind not known.
+     */
+    NERVA_REQUEST_BAD_ADMIN_QUERY = 17,
+    /**
+     * Admin reply (offset, capacity) lies outside the output region.
+     */
+    NERVA_REQUEST_REPLY_OUT_OF_RANGE = 18,
+    /**
+     * Text prompt or chat JSON is not UTF-8.
+     */
+    NERVA_REQUEST_INVALID_UTF8 = 32,
+    /**
+     * A prompt token id is outside the model's vocabulary.
+     */
+    NERVA_REQUEST_TOKEN_OUT_OF_VOCAB = 33,
+    /**
+     * Prompt (plus `max_tokens`) exceeds the context length.
+     */
+    NERVA_REQUEST_PROMPT_TOO_LONG = 34,
+    /**
+     * Chat JSON is not a valid message list, or the model has no chat template.
+     */
+    NERVA_REQUEST_BAD_CHAT_MESSAGES = 35,
+    /**
+     * A request with this tag is already in flight for this client.
+     */
+    NERVA_REQUEST_DUPLICATE_TAG = 36,
+    /**
+     * `CANCEL` named a tag with no request in flight.
+     */
+    NERVA_REQUEST_UNKNOWN_TAG = 37,
+    /**
+     * Request table full; retry later.
+     */
+    NERVA_REQUEST_OVERLOADED = 64,
+    /**
+     * Admin reply larger than the capacity given.
+     */
+    NERVA_REQUEST_REPLY_TRUNCATED = 65,
+    /**
+     * The daemon is draining and refuses new work.
+     */
+    NERVA_REQUEST_SHUTTING_DOWN = 66,
+    /**
+     * The client may not run this admin query.
+     */
+    NERVA_REQUEST_PERMISSION_DENIED = 67,
+    /**
+     * Daemon-side failure; details in the daemon's log.
+     */
+    NERVA_REQUEST_INTERNAL = 68,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum nerva_request_status nerva_request_status;
+#else
+typedef uint32_t nerva_request_status;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * A connection to nervad: one shared-memory segment with its rings, and the events received
+ * but not yet handed to C. Opaque; create with `nerva_client_connect`, free with
+ * `nerva_client_close`. Used by one thread at a time (see the header's thread-safety notes).
+ */
+typedef struct nerva_client nerva_client;
+
+/**
+ * Sampling and stopping parameters of one generation.
+ *
+ * Start from `nerva_generate_default_params()` and change the fields you need: new fields may
+ * be added in later ABI versions, and the defaults keep old code meaningful.
+ *
+ * The stop arrays are only read during the submit call (the library copies them).
+ */
+typedef struct nerva_generate_params {
+    /**
+     * Most tokens to generate per sample; at least 1. Default 256.
+     */
+    uint32_t max_tokens;
+    /**
+     * Softmax temperature, finite and >= 0; 0 is greedy. Default 1.
+     */
+    float temperature;
+    /**
+     * Keep only the k most likely tokens; 0 disables. Default 0.
+     */
+    uint32_t top_k;
+    /**
+     * Nucleus probability mass in (0, 1]; 1 disables. Default 1.
+     */
+    float top_p;
+    /**
+     * Drop tokens below `min_p` times the top probability, in [0, 1]; 0 disables. Default 0.
+     */
+    float min_p;
+    /**
+     * CTRL-style repetition penalty, finite and > 0; 1 disables. Default 1.
+     */
+    float repetition_penalty;
+    /**
+     * OpenAI-style presence penalty in [-2, 2]; 0 disables. Default 0.
+     */
+    float presence_penalty;
+    /**
+     * OpenAI-style frequency penalty in [-2, 2]; 0 disables. Default 0.
+     */
+    float frequency_penalty;
+    /**
+     * Seed of the request's random stream; sample i uses `seed + i`. Default 0.
+     */
+    uint64_t seed;
+    /**
+     * Independent samples sharing the prompt, 1..=NERVA_MAX_SAMPLES; events carry the sample
+     * index. Default 1.
+     */
+    uint32_t n_samples;
+    /**
+     * Also report this many most likely alternatives per token (NERVA_EVENT_TOP_LOGPROBS
+     * events), 0..=NERVA_MAX_TOP_LOGPROBS. Default 0.
+     */
+    uint32_t top_logprobs;
+    /**
+     * Scheduling priority in -128..=127: higher runs first, 0 is normal, negative is
+     * background work. Default 0.
+     */
+    int32_t priority;
+    /**
+     * Keep generating past the model's end-of-sequence ids. Default false.
+     */
+    bool ignore_eos;
+    /**
+     * Deliver NERVA_EVENT_TOKENS events with the sampled token ids. Default true.
+     */
+    bool stream_tokens;
+    /**
+     * Deliver NERVA_EVENT_TEXT events with the detokenized text. Default true.
+     */
+    bool stream_text;
+    /**
+     * Fill `logprobs` (the log-probability of each sampled token) in NERVA_EVENT_TOKENS
+     * events. Default false.
+     */
+    bool logprobs;
+    /**
+     * `n_stop_strings` (at most NERVA_MAX_STOP_STRINGS) NUL-terminated UTF-8 strings of
+     * 1..=NERVA_MAX_STOP_STRING_BYTES bytes; generation stops when the output contains one
+     * (the match is not emitted). May be NULL when `n_stop_strings` is 0.
+     */
+    const char *const *stop_strings;
+    /**
+     * Number of entries in `stop_strings`.
+     */
+    size_t n_stop_strings;
+    /**
+     * `n_stop_token_ids` (at most NERVA_MAX_STOP_TOKEN_IDS) token ids that stop generation
+     * (not emitted), besides the model's end-of-sequence ids. May be NULL when
+     * `n_stop_token_ids` is 0.
+     */
+    const uint32_t *stop_token_ids;
+    /**
+     * Number of entries in `stop_token_ids`.
+     */
+    size_t n_stop_token_ids;
+} nerva_generate_params;
+
+/**
+ * One message of a chat prompt, rendered by the daemon through the model's chat template.
+ */
+typedef struct nerva_chat_message {
+    /**
+     * NUL-terminated UTF-8 role, e.g. "system", "user", "assistant".
+     */
+    const char *role;
+    /**
+     * NUL-terminated UTF-8 content.
+     */
+    const char *content;
+} nerva_chat_message;
+
+/**
+ * Per-sample timings measured by the daemon (in `NERVA_EVENT_DONE` events; zero elsewhere).
+ */
+typedef struct nerva_timings {
+    /**
+     * Received by the daemon until first scheduled, in microseconds.
+     */
+    uint64_t queue_us;
+    /**
+     * Received by the daemon until the first token, in microseconds.
+     */
+    uint64_t first_token_us;
+    /**
+     * First token until last token, in microseconds.
+     */
+    uint64_t decode_us;
+    /**
+     * Mean time between consecutive tokens, in microseconds (0 with fewer than 2 tokens).
+     */
+    uint64_t inter_token_us;
+    /**
+     * Prompt tokens processed.
+     */
+    uint32_t prompt_tokens;
+    /**
+     * Tokens generated in this sample.
+     */
+    uint32_t generated_tokens;
+} nerva_timings;
+
+/**
+ * One event from the daemon. Fields that do not apply to `kind` are zero (pointers NULL).
+ */
+typedef struct nerva_event {
+    /**
+     * The request's tag, as returned by the submit call (0 for SHUTDOWN).
+     */
+    uint64_t tag;
+    /**
+     * What this event reports.
+     */
+    nerva_event_kind kind;
+    /**
+     * Sample index within the request, 0..n_samples.
+     */
+    uint32_t sample;
+    /**
+     * ERROR: the daemon's `nerva_request_status` code; 0 otherwise.
+     */
+    uint32_t status;
+    /**
+     * DONE: why the sample ended; `NERVA_FINISH_NONE` otherwise.
+     */
+    nerva_finish_reason finish_reason;
+    /**
+     * TOP_LOGPROBS: index of the generated token the alternatives are for; 0 otherwise.
+     */
+    uint32_t position;
+    /**
+     * TOKENS / TOP_LOGPROBS: valid entries in `tokens`.
+     */
+    uint32_t n_tokens;
+    /**
+     * TOKENS / TOP_LOGPROBS: valid entries in `logprobs`: `n_tokens`, or 0 for TOKENS events
+     * of a request that did not set `logprobs`.
+     */
+    uint32_t n_logprobs;
+    /**
+     * TOKENS / TOP_LOGPROBS: token ids.
+     */
+    uint32_t tokens[NERVA_EVENT_MAX_TOKENS];
+    /**
+     * TOKENS / TOP_LOGPROBS: natural-log probabilities of `tokens`.
+     */
+    float logprobs[NERVA_EVENT_MAX_TOKENS];
+    /**
+     * TEXT: the piece; ERROR: the daemon's detail. `text_len` bytes of UTF-8 followed by a
+     * NUL (not counted). Owned by the client: valid until the next `nerva_client_poll` or
+     * `nerva_client_close` on this client. NULL for other kinds.
+     */
+    const char *text;
+    /**
+     * TEXT / ERROR: bytes at `text`, excluding the terminating NUL.
+     */
+    size_t text_len;
+    /**
+     * DONE: the sample's timings.
+     */
+    struct nerva_timings timings;
+} nerva_event;
+
+
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 /**
+ * Connect to nervad and create a client.
+ *
+ * `socket_path`: NUL-terminated path of the daemon's socket, or NULL for the default
+ * (`$XDG_RUNTIME_DIR/nerva/nervad.sock`, else `/run/nerva/nervad.sock`).
+ * `out`: receives the new client on success and NULL on failure.
+ *
+ * Returns NERVA_OK, or NERVA_E_INVALID_ARGUMENT (`out` NULL, empty path), NERVA_E_NO_DAEMON,
+ * NERVA_E_PERMISSION_DENIED, NERVA_E_VERSION_MISMATCH, NERVA_E_TOO_MANY_CLIENTS,
+ * NERVA_E_RESOURCE_EXHAUSTED, NERVA_E_SHUTTING_DOWN, NERVA_E_PROTOCOL, NERVA_E_IO. On failure
+ * nothing needs to be closed.
+ *
+ * # Safety
+ * `socket_path` is NULL or a NUL-terminated string; `out` is NULL or writable.
+ */
+NERVA_NODISCARD int nerva_client_connect(const char *socket_path, struct nerva_client **out);
+
+/**
+ * Disconnect and free a client. The daemon cancels its in-flight requests. Text pointers of
+ * its events become invalid. NULL is ignored.
+ *
+ * Must not overlap another call on the same client: a close that finds a call in progress on
+ * another thread leaves the client open (leaked) rather than free memory in use.
+ *
+ * # Safety
+ * `client` is NULL or a handle from `nerva_client_connect` not closed yet; it must not be
+ * used after this call.
+ */
+void nerva_client_close(struct nerva_client *client);
+
+/**
+ * Queue a generation from a UTF-8 text prompt (tokenized by the daemon).
+ *
+ * `text`/`text_len`: the prompt, `text_len` bytes of UTF-8 (no NUL needed), at least 1 byte.
+ * `params`: NULL for `nerva_generate_default_params()`.
+ * `tag_out`: receives the request's tag; every event of the request carries it.
+ *
+ * Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (NULL, empty or non-UTF-8 text, parameter out of
+ * range), NERVA_E_RING_FULL (retry after polling), NERVA_E_TOO_LARGE, NERVA_E_SHUTTING_DOWN,
+ * NERVA_E_DAEMON_GONE. On failure nothing was sent and `*tag_out` is unchanged.
+ *
+ * # Safety
+ * `client` is a live handle; `text` is readable for `text_len` bytes; `params` is NULL or
+ * readable with valid stop lists; `tag_out` is writable.
+ */
+NERVA_NODISCARD
+int nerva_client_submit_text(struct nerva_client *client,
+                             const char *text,
+                             size_t text_len,
+                             const struct nerva_generate_params *params,
+                             uint64_t *tag_out);
+
+/**
+ * Queue a generation from token ids (used as given; the daemon checks them against the
+ * model's vocabulary and reports NERVA_REQUEST_TOKEN_OUT_OF_VOCAB in an ERROR event).
+ *
+ * `tokens`/`n_tokens`: at least one id. Otherwise as `nerva_client_submit_text`.
+ *
+ * # Safety
+ * `client` is a live handle; `tokens` is readable for `n_tokens` ids; `params` is NULL or
+ * readable with valid stop lists; `tag_out` is writable.
+ */
+NERVA_NODISCARD
+int nerva_client_submit_tokens(struct nerva_client *client,
+                               const uint32_t *tokens,
+                               size_t n_tokens,
+                               const struct nerva_generate_params *params,
+                               uint64_t *tag_out);
+
+/**
+ * Queue a generation from chat messages, rendered by the daemon through the model's chat
+ * template with the assistant's turn opened. A model without a template fails the request
+ * with an ERROR event (NERVA_REQUEST_BAD_CHAT_MESSAGES).
+ *
+ * `messages`/`n_messages`: at least one message; every role and content non-NULL UTF-8.
+ * Otherwise as `nerva_client_submit_text`.
+ *
+ * # Safety
+ * `client` is a live handle; `messages` is readable for `n_messages` entries whose strings
+ * are NUL-terminated; `params` is NULL or readable with valid stop lists; `tag_out` is
+ * writable.
+ */
+NERVA_NODISCARD
+int nerva_client_submit_chat(struct nerva_client *client,
+                             const struct nerva_chat_message *messages,
+                             size_t n_messages,
+                             const struct nerva_generate_params *params,
+                             uint64_t *tag_out);
+
+/**
+ * Collect events without blocking: writes up to `cap` events to `events` and their number to
+ * `*n_out` (0 when none are ready). Events of one request arrive in order; events that do not
+ * fit wait for the next call, none are dropped.
+ *
+ * Text pointers inside the events (and those of the previous poll, which this call
+ * invalidates) stay valid until the next `nerva_client_poll` or `nerva_client_close` on this
+ * client.
+ *
+ * Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (`events` NULL with `cap` > 0, `n_out` NULL),
+ * NERVA_E_DAEMON_GONE (after the last event the daemon sent was handed out), NERVA_E_PROTOCOL.
+ * `*n_out` is 0 on failure.
+ *
+ * # Safety
+ * `client` is a live handle; `events` is writable for `cap` entries; `n_out` is writable.
+ */
+NERVA_NODISCARD
+int nerva_client_poll(struct nerva_client *client,
+                      struct nerva_event *events,
+                      size_t cap,
+                      size_t *n_out);
+
+/**
+ * Block until events are ready or `timeout_ms` passes. Sleeps on the completion doorbell (an
+ * eventfd): no busy loop. `timeout_ms` < 0 waits forever; 0 only checks.
+ *
+ * Returns NERVA_OK when events are ready (call `nerva_client_poll`), NERVA_E_TIMEOUT,
+ * NERVA_E_DAEMON_GONE (within about a second of the daemon's death), NERVA_E_PROTOCOL,
+ * NERVA_E_IO.
+ *
+ * # Safety
+ * `client` is a live handle.
+ */
+NERVA_NODISCARD int nerva_client_wait(struct nerva_client *client, int timeout_ms);
+
+/**
+ * Ask the daemon to stop the request `tag` early. Its samples end with DONE events carrying
+ * NERVA_FINISH_CANCELLED (events already on their way still arrive first).
+ *
+ * Returns NERVA_OK, NERVA_E_UNKNOWN_TAG (not in flight: already done or never submitted),
+ * NERVA_E_RING_FULL (retry after polling), NERVA_E_DAEMON_GONE.
+ *
+ * # Safety
+ * `client` is a live handle.
+ */
+NERVA_NODISCARD int nerva_client_cancel(struct nerva_client *client, uint64_t tag);
+
+/**
+ * Measure one round trip to the daemon: send a NOP and block until its reply. Events that
+ * arrive meanwhile are kept for the next poll. `*rtt_ns_out` receives the round trip in
+ * nanoseconds.
+ *
+ * Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (`rtt_ns_out` NULL), NERVA_E_RING_FULL,
+ * NERVA_E_TIMEOUT (no reply within 5 s), NERVA_E_DAEMON_GONE.
+ *
+ * # Safety
+ * `client` is a live handle; `rtt_ns_out` is writable.
+ */
+NERVA_NODISCARD int nerva_client_nop(struct nerva_client *client, uint64_t *rtt_ns_out);
+
+/**
+ * The default parameters (the Rust API's `GenerateParams::default()`), by value: greedy off
+ * (temperature 1), every filter and penalty off, 256 tokens, one sample, no stop lists.
+ */
+struct nerva_generate_params nerva_generate_default_params(void);
+
+/**
  * The description of a return code, as a NUL-terminated string in static storage (never
  * NULL, never to be freed). Unknown codes give "unknown nerva status code".
  */
 const char *nerva_strerror(int code);
+
+/**
+ * The description of a request status (the `status` of a `NERVA_EVENT_ERROR` event), as a
+ * NUL-terminated string in static storage (never NULL, never to be freed). Codes this library
+ * does not know give "unknown request status".
+ */
+const char *nerva_request_status_string(uint32_t status);
 
 /**
  * The C ABI version the linked library implements; equal to the header's `NERVA_ABI_VERSION`

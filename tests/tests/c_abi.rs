@@ -69,15 +69,19 @@ int main(void) {
     FIELD(nerva_chat_message, role);
     FIELD(nerva_chat_message, content);
 
+    /* Each call before the printf: argument evaluation order is unspecified in C. */
     nerva_client *client = (nerva_client *)&client; /* must be overwritten with NULL */
-    printf("connect_null_out %d\n", nerva_client_connect(NULL, NULL));
-    printf("connect_empty_path %d %d\n", nerva_client_connect("", &client), client == NULL);
+    int rc = nerva_client_connect(NULL, NULL);
+    printf("connect_null_out %d\n", rc);
+    rc = nerva_client_connect("", &client);
+    printf("connect_empty_path %d %d\n", rc, client == NULL);
     client = (nerva_client *)&client;
-    printf("connect_no_daemon %d %d\n",
-           nerva_client_connect("/nonexistent-nerva-dir/nervad.sock", &client), client == NULL);
+    rc = nerva_client_connect("/nonexistent-nerva-dir/nervad.sock", &client);
+    printf("connect_no_daemon %d %d\n", rc, client == NULL);
     size_t n = 7;
     nerva_event events[2];
-    printf("poll_null_client %d %zu\n", nerva_client_poll(NULL, events, 2, &n), n);
+    rc = nerva_client_poll(NULL, events, 2, &n);
+    printf("poll_null_client %d %zu\n", rc, n);
     printf("wait_null_client %d\n", nerva_client_wait(NULL, 0));
     printf("cancel_null_client %d\n", nerva_client_cancel(NULL, 1));
     uint64_t rtt = 0, tag = 0;
@@ -117,7 +121,11 @@ fn run_probe() -> HashMap<String, String> {
         String::from_utf8_lossy(&out.stderr)
     );
     let run = Command::new(&exe).output().expect("run the probe");
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
     String::from_utf8(run.stdout)
         .expect("UTF-8")
@@ -211,11 +219,27 @@ fn c_sees_the_rust_layout_and_the_documented_misuse_codes() {
     let invalid = nerva_status::NERVA_E_INVALID_ARGUMENT.code();
     let no_daemon = nerva_status::NERVA_E_NO_DAEMON.code();
     assert_eq!(c["connect_null_out"], invalid.to_string());
-    assert_eq!(c["connect_empty_path"], format!("{invalid} 1"), "*out must be NULL");
-    assert_eq!(c["connect_no_daemon"], format!("{no_daemon} 1"), "*out must be NULL");
-    assert_eq!(c["poll_null_client"], format!("{invalid} 7"), "n_out untouched without client");
+    assert_eq!(
+        c["connect_empty_path"],
+        format!("{invalid} 1"),
+        "*out must be NULL"
+    );
+    assert_eq!(
+        c["connect_no_daemon"],
+        format!("{no_daemon} 1"),
+        "*out must be NULL"
+    );
+    assert_eq!(
+        c["poll_null_client"],
+        format!("{invalid} 7"),
+        "n_out untouched without client"
+    );
     for call in ["wait", "cancel", "nop", "submit"] {
-        assert_eq!(c[&format!("{call}_null_client")], invalid.to_string(), "{call}");
+        assert_eq!(
+            c[&format!("{call}_null_client")],
+            invalid.to_string(),
+            "{call}"
+        );
     }
     let d = nerva_client::GenerateParams::default();
     assert_eq!(

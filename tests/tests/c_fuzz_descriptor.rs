@@ -58,7 +58,11 @@ fn valid_input(rng: &mut ChaCha8Rng) -> Vec<u8> {
         2 => {
             let query = AdminQuery::from_u8(rng.random_range(0..4)).expect("known query");
             let offset = rng.random_range(0..4096);
-            Descriptor::admin(tag, query, ByteRange::new(offset, rng.random_range(1..4096)))
+            Descriptor::admin(
+                tag,
+                query,
+                ByteRange::new(offset, rng.random_range(1..4096)),
+            )
         }
         _ => {
             let kind = PromptKind::from_u8(rng.random_range(0..3)).expect("known kind");
@@ -86,10 +90,13 @@ fn valid_input(rng: &mut ChaCha8Rng) -> Vec<u8> {
             };
             request.n_samples = rng.random_range(1..=nerva_rings::MAX_SAMPLES);
             request.priority = rng.random();
-            request.flags = GenerateFlags::from_bits(rng.random_range(0..=GenerateFlags::ALL.bits()))
-                .expect("defined bits");
+            request.flags =
+                GenerateFlags::from_bits(rng.random_range(0..=GenerateFlags::ALL.bits()))
+                    .expect("defined bits");
             if rng.random_bool(0.6) {
-                let block = random_extension(rng).encode().expect("valid extension encodes");
+                let block = random_extension(rng)
+                    .encode()
+                    .expect("valid extension encodes");
                 let at = input.len();
                 input.extend_from_slice(&block);
                 request.extension = Some(ByteRange::new(at as u32, block.len() as u32));
@@ -230,12 +237,24 @@ fn descriptor_harness_survives_100k_hostile_inputs_and_reaches_every_stage() {
         StatusCode::BadRepetitionPenalty,
         StatusCode::BadSampleCount,
     ] {
-        assert!(refusals.contains(&status), "no input was refused with {status:?}");
+        assert!(
+            refusals.contains(&status),
+            "no input was refused with {status:?}"
+        );
     }
-    for status in [StatusCode::PromptOutOfRange, StatusCode::ExtensionOutOfRange] {
+    for status in [
+        StatusCode::PromptOutOfRange,
+        StatusCode::ExtensionOutOfRange,
+    ] {
         assert!(range_refusals.contains(&status), "no input hit {status:?}");
     }
     assert!(control > 1000, "only {control} valid NOP/CANCEL/ADMIN");
-    assert!(decoded > 1000 && undecoded > 0, "prompts decoded {decoded}, refused {undecoded}");
-    assert!(ext_ok > 1000 && ext_bad > 100, "extensions parsed {ext_ok}, refused {ext_bad}");
+    assert!(
+        decoded > 1000 && undecoded > 0,
+        "prompts decoded {decoded}, refused {undecoded}"
+    );
+    assert!(
+        ext_ok > 1000 && ext_bad > 100,
+        "extensions parsed {ext_ok}, refused {ext_bad}"
+    );
 }

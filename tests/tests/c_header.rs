@@ -80,12 +80,15 @@ fn header_has_banner_guard_and_the_documented_entry_points() {
         "nerva_version_string",
     ] {
         assert!(
-            header.contains(&format!(" {name}(")),
+            header.contains(&format!(" {name}(")) || header.contains(&format!("*{name}(")),
             "{name} is not declared in nerva.h"
         );
     }
     // Every exported symbol carries the one prefix.
-    for line in header.lines().filter(|l| l.contains('(') && l.ends_with(");")) {
+    for line in header
+        .lines()
+        .filter(|l| l.contains('(') && l.ends_with(");"))
+    {
         let name = line
             .split('(')
             .next()
@@ -101,7 +104,11 @@ fn compile_probe(compiler: &str, args: &[&str], source: &str) -> std::process::O
     let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("nerva-c-header-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = dir.join(if args.contains(&"c++") { "probe.cpp" } else { "probe.c" });
+    let file = dir.join(if args.contains(&"c++") {
+        "probe.cpp"
+    } else {
+        "probe.c"
+    });
     std::fs::write(&file, source).expect("write probe");
     let include = workspace_root().join("include");
     let output = Command::new(compiler)

@@ -22,7 +22,12 @@ fn pkg_config(pc_dir: &Path, args: &[&str]) -> Option<String> {
         "pkg-config {args:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(String::from_utf8(out.stdout).expect("UTF-8").trim().to_owned())
+    Some(
+        String::from_utf8(out.stdout)
+            .expect("UTF-8")
+            .trim()
+            .to_owned(),
+    )
 }
 
 #[test]
@@ -32,7 +37,10 @@ fn installed_tree_builds_and_runs_the_example_through_pkg_config() {
     c_support::built_library("libnerva_client.a");
     let profile = profile_dir();
     let target_dir = profile.parent().expect("target dir");
-    let profile_name = profile.file_name().and_then(|n| n.to_str()).expect("profile name");
+    let profile_name = profile
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("profile name");
     let prefix = scratch_dir("install");
 
     let install = Command::new("sh")
@@ -54,22 +62,35 @@ fn installed_tree_builds_and_runs_the_example_through_pkg_config() {
         "include/nerva.h",
         "lib/pkgconfig/nerva-client.pc",
     ] {
-        assert!(prefix.join(file).is_file(), "install.sh did not install {file}");
+        assert!(
+            prefix.join(file).is_file(),
+            "install.sh did not install {file}"
+        );
     }
     let installed_header = std::fs::read(prefix.join("include/nerva.h")).expect("read");
     let header = std::fs::read(workspace_root().join("include/nerva.h")).expect("read");
-    assert_eq!(installed_header, header, "installed header differs from include/nerva.h");
+    assert_eq!(
+        installed_header, header,
+        "installed header differs from include/nerva.h"
+    );
 
     // The .pc file itself: every placeholder filled in, the version of this build.
     let pc_dir = prefix.join("lib/pkgconfig");
     let pc = std::fs::read_to_string(pc_dir.join("nerva-client.pc")).expect("read .pc");
-    assert!(!pc.contains('@'), "unfilled placeholder in nerva-client.pc:\n{pc}");
     assert!(
-        pc.lines().any(|l| l == format!("Version: {}", env!("CARGO_PKG_VERSION"))),
+        !pc.contains('@'),
+        "unfilled placeholder in nerva-client.pc:\n{pc}"
+    );
+    assert!(
+        pc.lines()
+            .any(|l| l == format!("Version: {}", env!("CARGO_PKG_VERSION"))),
         "wrong version in nerva-client.pc:\n{pc}"
     );
     assert!(pc.contains(&format!("prefix={}", prefix.display())), "{pc}");
-    assert!(pc.contains("-lpthread"), "Libs.private lacks Rust std's native libraries:\n{pc}");
+    assert!(
+        pc.contains("-lpthread"),
+        "Libs.private lacks Rust std's native libraries:\n{pc}"
+    );
 
     // pkg-config is part of CI's toolchain (apt-get install -y pkg-config); without it the
     // flags are read from the file as pkg-config would print them.
@@ -104,7 +125,10 @@ fn installed_tree_builds_and_runs_the_example_through_pkg_config() {
         .expect("run the example");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "stderr: {stderr}");
-    assert!(stderr.contains("connect: not connected"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("connect: not connected"),
+        "stderr: {stderr}"
+    );
 
     let _ = std::fs::remove_dir_all(&prefix);
 }

@@ -149,7 +149,13 @@ mod tests {
     #[test]
     fn panics_become_internal_and_poison_the_state() {
         let cell = Exclusive::new(0u32);
-        assert_eq!(cell.enter(|n| { *n += 1; Ok(()) }), 0);
+        assert_eq!(
+            cell.enter(|n| {
+                *n += 1;
+                Ok(())
+            }),
+            0
+        );
         assert_eq!(
             cell.enter(|_| Err(nerva_status::NERVA_E_TIMEOUT)),
             nerva_status::NERVA_E_TIMEOUT.code()
@@ -158,17 +164,26 @@ mod tests {
             cell.enter(|_| panic!("bug")),
             nerva_status::NERVA_E_INTERNAL.code()
         );
-        assert_eq!(cell.enter(|_| Ok(())), nerva_status::NERVA_E_INTERNAL.code());
+        assert_eq!(
+            cell.enter(|_| Ok(())),
+            nerva_status::NERVA_E_INTERNAL.code()
+        );
         assert!(!cell.is_entered());
         assert_eq!(cell.into_inner(), 1);
-        assert_eq!(guard(|| panic!("bug")), nerva_status::NERVA_E_INTERNAL.code());
+        assert_eq!(
+            guard(|| panic!("bug")),
+            nerva_status::NERVA_E_INTERNAL.code()
+        );
     }
 
     #[test]
     fn overlapping_calls_are_refused() {
         let cell = Exclusive::new(());
         let inner = cell.enter(|_| {
-            assert_eq!(cell.enter(|_| Ok(())), nerva_status::NERVA_E_CLIENT_IN_USE.code());
+            assert_eq!(
+                cell.enter(|_| Ok(())),
+                nerva_status::NERVA_E_CLIENT_IN_USE.code()
+            );
             Ok(())
         });
         assert_eq!(inner, 0);

@@ -204,7 +204,8 @@ pub unsafe extern "C" fn nerva_client_submit_text(
     let prompt = || {
         // SAFETY: `text` is readable for `text_len` bytes (caller's obligation).
         let bytes = unsafe { arg_slice(text.cast::<u8>(), text_len) }?;
-        let text = core::str::from_utf8(bytes).map_err(|_| nerva_status::NERVA_E_INVALID_ARGUMENT)?;
+        let text =
+            core::str::from_utf8(bytes).map_err(|_| nerva_status::NERVA_E_INVALID_ARGUMENT)?;
         if text.is_empty() {
             return Err(nerva_status::NERVA_E_INVALID_ARGUMENT);
         }
@@ -372,8 +373,11 @@ pub unsafe extern "C" fn nerva_client_wait(client: *mut nerva_client, timeout_ms
         }
         // Negative: no timeout.
         let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        state.client.wait(timeout)?;
-        Ok(())
+        if state.client.wait(timeout)? {
+            Ok(())
+        } else {
+            Err(nerva_status::NERVA_E_TIMEOUT)
+        }
     };
     // SAFETY: `client` is NULL or a live handle (caller's obligation).
     unsafe { with_client(client, body) }
@@ -409,7 +413,10 @@ pub unsafe extern "C" fn nerva_client_cancel(client: *mut nerva_client, tag: u64
 /// `client` is a live handle; `rtt_ns_out` is writable.
 #[unsafe(no_mangle)]
 #[must_use]
-pub unsafe extern "C" fn nerva_client_nop(client: *mut nerva_client, rtt_ns_out: *mut u64) -> c_int {
+pub unsafe extern "C" fn nerva_client_nop(
+    client: *mut nerva_client,
+    rtt_ns_out: *mut u64,
+) -> c_int {
     let body = |state: &mut ClientState| -> FfiResult {
         // SAFETY: `rtt_ns_out` is writable (caller's obligation).
         let rtt_out = unsafe { arg_out(rtt_ns_out) }?;

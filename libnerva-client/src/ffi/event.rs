@@ -20,8 +20,9 @@ pub enum nerva_event_kind {
     /// New token ids of one sample: `tokens[0..n_tokens]`, with `logprobs[0..n_logprobs]`
     /// (`n_logprobs` is 0 unless the request asked for log-probabilities).
     NERVA_EVENT_TOKENS = 1,
-    /// The most likely alternatives for the last token of one sample (only with
-    /// `top_logprobs > 0`): `tokens[0..n_tokens]`, most likely first, with their `logprobs`.
+    /// The most likely alternatives for generated token number `position` of one sample
+    /// (only with `top_logprobs > 0`): `tokens[0..n_tokens]`, most likely first, with their
+    /// `logprobs`.
     NERVA_EVENT_TOP_LOGPROBS = 2,
     /// A piece of output text of one sample: `text[0..text_len]`, whole UTF-8 code points
     /// only.
@@ -30,7 +31,7 @@ pub enum nerva_event_kind {
     /// every accepted request; the request is over when all its samples are done.
     NERVA_EVENT_DONE = 4,
     /// The whole request failed (no DONE follows for it): `status` holds the daemon's
-    /// `nerva_request_status` code.
+    /// `nerva_request_status` code and `text` a short detail from the daemon (maybe empty).
     NERVA_EVENT_ERROR = 5,
     /// The daemon is shutting down: it accepts no new work, and in-flight samples end with
     /// DONE and `NERVA_FINISH_SHUTDOWN` unless they finish within its drain time. `tag` is 0.
@@ -116,19 +117,22 @@ pub struct nerva_event {
     pub status: u32,
     /// DONE: why the sample ended; `NERVA_FINISH_NONE` otherwise.
     pub finish_reason: nerva_finish_reason,
+    /// TOP_LOGPROBS: index of the generated token the alternatives are for; 0 otherwise.
+    pub position: u32,
     /// TOKENS / TOP_LOGPROBS: valid entries in `tokens`.
     pub n_tokens: u32,
-    /// TOKENS / TOP_LOGPROBS: valid entries in `logprobs` (0 or `n_tokens`).
+    /// TOKENS / TOP_LOGPROBS: valid entries in `logprobs`: `n_tokens`, or 0 for TOKENS events
+    /// of a request that did not set `logprobs`.
     pub n_logprobs: u32,
     /// TOKENS / TOP_LOGPROBS: token ids.
     pub tokens: [u32; NERVA_EVENT_MAX_TOKENS],
     /// TOKENS / TOP_LOGPROBS: natural-log probabilities of `tokens`.
     pub logprobs: [f32; NERVA_EVENT_MAX_TOKENS],
-    /// TEXT: the piece, `text_len` bytes of UTF-8 followed by a NUL (not counted). Owned by the
-    /// client: valid until the next `nerva_client_poll` or `nerva_client_close` on this client.
-    /// NULL for other kinds.
+    /// TEXT: the piece; ERROR: the daemon's detail. `text_len` bytes of UTF-8 followed by a
+    /// NUL (not counted). Owned by the client: valid until the next `nerva_client_poll` or
+    /// `nerva_client_close` on this client. NULL for other kinds.
     pub text: *const c_char,
-    /// TEXT: bytes at `text`, excluding the terminating NUL.
+    /// TEXT / ERROR: bytes at `text`, excluding the terminating NUL.
     pub text_len: usize,
     /// DONE: the sample's timings.
     pub timings: nerva_timings,
@@ -142,6 +146,7 @@ impl nerva_event {
             sample: u32::from(sample),
             status: 0,
             finish_reason: nerva_finish_reason::NERVA_FINISH_NONE,
+            position: 0,
             n_tokens: 0,
             n_logprobs: 0,
             tokens: [0; NERVA_EVENT_MAX_TOKENS],
@@ -225,30 +230,25 @@ impl<'a> EventSink<'a> {
                 logprobs,
             } => self.push_ids(
                 nerva_event_kind::NERVA_EVENT_TOKENS,
-                tag.0,
-                sample,
+                (tag.0, sample, 0),
                 (ids, logprobs),
                 spill,
             ),
             EventRef::TopLogprobs {
                 tag,
                 sample,
+                position,
                 ids,
                 logprobs,
             } => self.push_ids(
                 nerva_event_kind::NERVA_EVENT_TOP_LOGPROBS,
-                tag.0,
-                sample,
+                (tag.0, sample, position),
                 (ids, logprobs),
                 spill,
             ),
             EventRef::Text { tag, sample, text } => {
-                let mut ev = nerva_event::empty(tag.0, nerva_event_kind::NERVA_EVENT_TEXT, sample);
-                ev.text_len = text.len();
-                self.text_spans.push((self.filled, self.arena.len()));
-                self.arena.extend_from_slice(text.as_bytes());
-                self.arena.push(0);
-                self.put(ev);
+                let ev = nerva_event::empty(tag.0, nerva_event_kind::NERVA_EVENT_TEXT, sample);
+                self.put_with_text(ev, text);
             }
             EventRef::Done {
                 tag,
@@ -261,13 +261,21 @@ impl<'a> EventSink<'a> {
                 ev.timings = (&timings).into();
                 self.put(ev);
             }
-            EventRef::Error { tag, status } => {
+            EventRef::Error {
+                tag,
+                status,
+                detail,
+            } => {
                 let mut ev = nerva_event::empty(tag.0, nerva_event_kind::NERVA_EVENT_ERROR, 0);
                 ev.status = u32::from(status);
-                self.put(ev);
+                self.put_with_text(ev, detail);
             }
             EventRef::Shutdown => {
-                self.put(nerva_event::empty(0, nerva_event_kind::NERVA_EVENT_SHUTDOWN, 0));
+                self.put(nerva_event::empty(
+                    0,
+                    nerva_event_kind::NERVA_EVENT_SHUTDOWN,
+                    0,
+                ));
             }
         }
     }
@@ -277,8 +285,7 @@ impl<'a> EventSink<'a> {
     fn push_ids(
         &mut self,
         kind: nerva_event_kind,
-        tag: u64,
-        sample: u16,
+        (tag, sample, position): (u64, u16, u32),
         (ids, logprobs): (&[u32], &[f32]),
         spill: Spill,
     ) {
@@ -299,6 +306,7 @@ impl<'a> EventSink<'a> {
                     nerva_event_kind::NERVA_EVENT_TOP_LOGPROBS => Event::TopLogprobs {
                         tag,
                         sample,
+                        position,
                         ids: rest_ids,
                         logprobs: rest_logprobs,
                     },
@@ -317,6 +325,7 @@ impl<'a> EventSink<'a> {
             }
             let end = (start + NERVA_EVENT_MAX_TOKENS).min(ids.len());
             let mut ev = nerva_event::empty(tag, kind, sample);
+            ev.position = position;
             let n = end - start;
             ev.tokens[..n].copy_from_slice(&ids[start..end]);
             ev.n_tokens = n as u32;
@@ -330,6 +339,15 @@ impl<'a> EventSink<'a> {
             }
             start = end;
         }
+    }
+
+    /// Write `ev` with `text` copied into the arena (pointer fixed up in `finish`).
+    fn put_with_text(&mut self, mut ev: nerva_event, text: &str) {
+        ev.text_len = text.len();
+        self.text_spans.push((self.filled, self.arena.len()));
+        self.arena.extend_from_slice(text.as_bytes());
+        self.arena.push(0);
+        self.put(ev);
     }
 
     fn put(&mut self, ev: nerva_event) {
@@ -378,11 +396,13 @@ fn borrow(event: &Event) -> EventRef<'_> {
         Event::TopLogprobs {
             tag,
             sample,
+            position,
             ids,
             logprobs,
         } => EventRef::TopLogprobs {
             tag: *tag,
             sample: *sample,
+            position: *position,
             ids,
             logprobs,
         },
@@ -402,9 +422,14 @@ fn borrow(event: &Event) -> EventRef<'_> {
             reason: *reason,
             timings: *timings,
         },
-        Event::Error { tag, status } => EventRef::Error {
+        Event::Error {
+            tag,
+            status,
+            detail,
+        } => EventRef::Error {
             tag: *tag,
             status: *status,
+            detail,
         },
         Event::Shutdown => EventRef::Shutdown,
     }
@@ -441,7 +466,11 @@ mod tests {
         assert_eq!(out[0].n_tokens, 16);
         assert_eq!(out[1].tokens[0], 16);
         assert_eq!(out[1].logprobs[0], -16.0);
-        assert_eq!(overflow.len(), 2, "the last 8 ids and the text wait, in order");
+        assert_eq!(
+            overflow.len(),
+            2,
+            "the last 8 ids and the text wait, in order"
+        );
 
         let mut out = [blank(); 4];
         let mut sink = EventSink::new(&mut out, &mut arena, &mut spans, &mut overflow);
@@ -461,6 +490,9 @@ mod tests {
         let text = unsafe { core::ffi::CStr::from_ptr(out[1].text) };
         assert_eq!(text.to_bytes(), "héllo".as_bytes());
         assert_eq!(out[1].text_len, "héllo".len());
-        assert_eq!(out[2].finish_reason, nerva_finish_reason::NERVA_FINISH_LENGTH);
+        assert_eq!(
+            out[2].finish_reason,
+            nerva_finish_reason::NERVA_FINISH_LENGTH
+        );
     }
 }

@@ -7,6 +7,27 @@ use super::boundary::arg_slice;
 use super::status::nerva_status;
 use crate::GenerateParams;
 
+/// Most samples one request may ask for (`n_samples`).
+pub const NERVA_MAX_SAMPLES: u32 = 64;
+/// Most alternatives per token (`top_logprobs`).
+pub const NERVA_MAX_TOP_LOGPROBS: u32 = 20;
+/// Most stop strings per request.
+pub const NERVA_MAX_STOP_STRINGS: usize = 16;
+/// Most bytes of one stop string.
+pub const NERVA_MAX_STOP_STRING_BYTES: usize = 256;
+/// Most stop token ids per request.
+pub const NERVA_MAX_STOP_TOKEN_IDS: usize = 64;
+
+// The C constants are literals (cbindgen emits them as plain #defines); these keep them equal
+// to the Rust API's and the wire's limits.
+const _: () = {
+    assert!(NERVA_MAX_SAMPLES == crate::MAX_SAMPLES as u32);
+    assert!(NERVA_MAX_TOP_LOGPROBS == crate::MAX_TOP_LOGPROBS as u32);
+    assert!(NERVA_MAX_STOP_STRINGS == nerva_rings::extension::MAX_STOP_STRINGS);
+    assert!(NERVA_MAX_STOP_STRING_BYTES == nerva_rings::extension::MAX_STOP_STRING_BYTES);
+    assert!(NERVA_MAX_STOP_TOKEN_IDS == nerva_rings::extension::MAX_STOP_TOKENS);
+};
+
 /// Sampling and stopping parameters of one generation.
 ///
 /// Start from `nerva_generate_default_params()` and change the fields you need: new fields may
@@ -34,27 +55,33 @@ pub struct nerva_generate_params {
     pub frequency_penalty: f32,
     /// Seed of the request's random stream; sample i uses `seed + i`. Default 0.
     pub seed: u64,
-    /// Independent samples sharing the prompt, 1..=64; events carry the sample index.
-    /// Default 1.
+    /// Independent samples sharing the prompt, 1..=NERVA_MAX_SAMPLES; events carry the sample
+    /// index. Default 1.
     pub n_samples: u32,
     /// Also report this many most likely alternatives per token (NERVA_EVENT_TOP_LOGPROBS
-    /// events), 0..=20. Default 0.
+    /// events), 0..=NERVA_MAX_TOP_LOGPROBS. Default 0.
     pub top_logprobs: u32,
     /// Scheduling priority in -128..=127: higher runs first, 0 is normal, negative is
     /// background work. Default 0.
     pub priority: i32,
     /// Keep generating past the model's end-of-sequence ids. Default false.
     pub ignore_eos: bool,
-    /// Deliver NERVA_EVENT_TOKENS events with the token ids (text events always come).
-    /// Default true.
+    /// Deliver NERVA_EVENT_TOKENS events with the sampled token ids. Default true.
     pub stream_tokens: bool,
-    /// `n_stop_strings` NUL-terminated UTF-8 strings, none empty; generation stops when the
-    /// output contains one (the match is not emitted). May be NULL when `n_stop_strings` is 0.
+    /// Deliver NERVA_EVENT_TEXT events with the detokenized text. Default true.
+    pub stream_text: bool,
+    /// Fill `logprobs` (the log-probability of each sampled token) in NERVA_EVENT_TOKENS
+    /// events. Default false.
+    pub logprobs: bool,
+    /// `n_stop_strings` (at most NERVA_MAX_STOP_STRINGS) NUL-terminated UTF-8 strings of
+    /// 1..=NERVA_MAX_STOP_STRING_BYTES bytes; generation stops when the output contains one
+    /// (the match is not emitted). May be NULL when `n_stop_strings` is 0.
     pub stop_strings: *const *const c_char,
     /// Number of entries in `stop_strings`.
     pub n_stop_strings: usize,
-    /// `n_stop_token_ids` token ids that stop generation (not emitted), besides the model's
-    /// end-of-sequence ids. May be NULL when `n_stop_token_ids` is 0.
+    /// `n_stop_token_ids` (at most NERVA_MAX_STOP_TOKEN_IDS) token ids that stop generation
+    /// (not emitted), besides the model's end-of-sequence ids. May be NULL when
+    /// `n_stop_token_ids` is 0.
     pub stop_token_ids: *const u32,
     /// Number of entries in `stop_token_ids`.
     pub n_stop_token_ids: usize,
@@ -78,6 +105,8 @@ impl From<&GenerateParams> for nerva_generate_params {
             priority: i32::from(p.priority),
             ignore_eos: p.ignore_eos,
             stream_tokens: p.stream_tokens,
+            stream_text: p.stream_text,
+            logprobs: p.logprobs,
             stop_strings: core::ptr::null(),
             n_stop_strings: 0,
             stop_token_ids: core::ptr::null(),
@@ -133,6 +162,8 @@ impl nerva_generate_params {
             top_logprobs: u8::try_from(self.top_logprobs).map_err(|_| invalid)?,
             priority: i8::try_from(self.priority).map_err(|_| invalid)?,
             stream_tokens: self.stream_tokens,
+            stream_text: self.stream_text,
+            logprobs: self.logprobs,
         };
         params.validate().map_err(|_| invalid)?;
         Ok(params)

@@ -122,8 +122,12 @@ impl nerva_status {
             Self::NERVA_E_PERMISSION_DENIED => c"permission denied by the daemon's access policy",
             Self::NERVA_E_VERSION_MISMATCH => c"library and daemon wire versions differ",
             Self::NERVA_E_TOO_MANY_CLIENTS => c"the daemon serves its maximum number of clients",
-            Self::NERVA_E_RESOURCE_EXHAUSTED => c"the daemon could not create this client's segment",
-            Self::NERVA_E_DAEMON_GONE => c"the daemon is gone (exited, killed or dropped this client)",
+            Self::NERVA_E_RESOURCE_EXHAUSTED => {
+                c"the daemon could not create this client's segment"
+            }
+            Self::NERVA_E_DAEMON_GONE => {
+                c"the daemon is gone (exited, killed or dropped this client)"
+            }
             Self::NERVA_E_RING_FULL => c"submission ring or input area full; poll events and retry",
             Self::NERVA_E_TIMEOUT => c"timed out",
             Self::NERVA_E_SHUTTING_DOWN => c"the daemon is shutting down",
@@ -222,36 +226,123 @@ pub enum nerva_request_status {
 #[cfg(test)]
 fn request_status_pairs() -> Vec<(StatusCode, nerva_request_status)> {
     vec![
-            (StatusCode::Ok, nerva_request_status::NERVA_REQUEST_OK),
-            (StatusCode::UnknownOpcode, nerva_request_status::NERVA_REQUEST_UNKNOWN_OPCODE),
-            (StatusCode::UnsupportedVersion, nerva_request_status::NERVA_REQUEST_UNSUPPORTED_VERSION),
-            (StatusCode::ReservedFlags, nerva_request_status::NERVA_REQUEST_RESERVED_FLAGS),
-            (StatusCode::ReservedNonZero, nerva_request_status::NERVA_REQUEST_RESERVED_NON_ZERO),
-            (StatusCode::BadPromptKind, nerva_request_status::NERVA_REQUEST_BAD_PROMPT_KIND),
-            (StatusCode::EmptyPrompt, nerva_request_status::NERVA_REQUEST_EMPTY_PROMPT),
-            (StatusCode::MisalignedTokenIds, nerva_request_status::NERVA_REQUEST_MISALIGNED_TOKEN_IDS),
-            (StatusCode::PromptOutOfRange, nerva_request_status::NERVA_REQUEST_PROMPT_OUT_OF_RANGE),
-            (StatusCode::BadMaxTokens, nerva_request_status::NERVA_REQUEST_BAD_MAX_TOKENS),
-            (StatusCode::BadTemperature, nerva_request_status::NERVA_REQUEST_BAD_TEMPERATURE),
-            (StatusCode::BadTopP, nerva_request_status::NERVA_REQUEST_BAD_TOP_P),
-            (StatusCode::BadMinP, nerva_request_status::NERVA_REQUEST_BAD_MIN_P),
-            (StatusCode::BadRepetitionPenalty, nerva_request_status::NERVA_REQUEST_BAD_REPETITION_PENALTY),
-            (StatusCode::BadSampleCount, nerva_request_status::NERVA_REQUEST_BAD_SAMPLE_COUNT),
-            (StatusCode::ExtensionOutOfRange, nerva_request_status::NERVA_REQUEST_EXTENSION_OUT_OF_RANGE),
-            (StatusCode::BadExtension, nerva_request_status::NERVA_REQUEST_BAD_EXTENSION),
-            (StatusCode::BadAdminQuery, nerva_request_status::NERVA_REQUEST_BAD_ADMIN_QUERY),
-            (StatusCode::ReplyOutOfRange, nerva_request_status::NERVA_REQUEST_REPLY_OUT_OF_RANGE),
-            (StatusCode::InvalidUtf8, nerva_request_status::NERVA_REQUEST_INVALID_UTF8),
-            (StatusCode::TokenOutOfVocab, nerva_request_status::NERVA_REQUEST_TOKEN_OUT_OF_VOCAB),
-            (StatusCode::PromptTooLong, nerva_request_status::NERVA_REQUEST_PROMPT_TOO_LONG),
-            (StatusCode::BadChatMessages, nerva_request_status::NERVA_REQUEST_BAD_CHAT_MESSAGES),
-            (StatusCode::DuplicateTag, nerva_request_status::NERVA_REQUEST_DUPLICATE_TAG),
-            (StatusCode::UnknownTag, nerva_request_status::NERVA_REQUEST_UNKNOWN_TAG),
-            (StatusCode::Overloaded, nerva_request_status::NERVA_REQUEST_OVERLOADED),
-            (StatusCode::ReplyTruncated, nerva_request_status::NERVA_REQUEST_REPLY_TRUNCATED),
-            (StatusCode::ShuttingDown, nerva_request_status::NERVA_REQUEST_SHUTTING_DOWN),
-            (StatusCode::PermissionDenied, nerva_request_status::NERVA_REQUEST_PERMISSION_DENIED),
-            (StatusCode::Internal, nerva_request_status::NERVA_REQUEST_INTERNAL),
+        (StatusCode::Ok, nerva_request_status::NERVA_REQUEST_OK),
+        (
+            StatusCode::UnknownOpcode,
+            nerva_request_status::NERVA_REQUEST_UNKNOWN_OPCODE,
+        ),
+        (
+            StatusCode::UnsupportedVersion,
+            nerva_request_status::NERVA_REQUEST_UNSUPPORTED_VERSION,
+        ),
+        (
+            StatusCode::ReservedFlags,
+            nerva_request_status::NERVA_REQUEST_RESERVED_FLAGS,
+        ),
+        (
+            StatusCode::ReservedNonZero,
+            nerva_request_status::NERVA_REQUEST_RESERVED_NON_ZERO,
+        ),
+        (
+            StatusCode::BadPromptKind,
+            nerva_request_status::NERVA_REQUEST_BAD_PROMPT_KIND,
+        ),
+        (
+            StatusCode::EmptyPrompt,
+            nerva_request_status::NERVA_REQUEST_EMPTY_PROMPT,
+        ),
+        (
+            StatusCode::MisalignedTokenIds,
+            nerva_request_status::NERVA_REQUEST_MISALIGNED_TOKEN_IDS,
+        ),
+        (
+            StatusCode::PromptOutOfRange,
+            nerva_request_status::NERVA_REQUEST_PROMPT_OUT_OF_RANGE,
+        ),
+        (
+            StatusCode::BadMaxTokens,
+            nerva_request_status::NERVA_REQUEST_BAD_MAX_TOKENS,
+        ),
+        (
+            StatusCode::BadTemperature,
+            nerva_request_status::NERVA_REQUEST_BAD_TEMPERATURE,
+        ),
+        (
+            StatusCode::BadTopP,
+            nerva_request_status::NERVA_REQUEST_BAD_TOP_P,
+        ),
+        (
+            StatusCode::BadMinP,
+            nerva_request_status::NERVA_REQUEST_BAD_MIN_P,
+        ),
+        (
+            StatusCode::BadRepetitionPenalty,
+            nerva_request_status::NERVA_REQUEST_BAD_REPETITION_PENALTY,
+        ),
+        (
+            StatusCode::BadSampleCount,
+            nerva_request_status::NERVA_REQUEST_BAD_SAMPLE_COUNT,
+        ),
+        (
+            StatusCode::ExtensionOutOfRange,
+            nerva_request_status::NERVA_REQUEST_EXTENSION_OUT_OF_RANGE,
+        ),
+        (
+            StatusCode::BadExtension,
+            nerva_request_status::NERVA_REQUEST_BAD_EXTENSION,
+        ),
+        (
+            StatusCode::BadAdminQuery,
+            nerva_request_status::NERVA_REQUEST_BAD_ADMIN_QUERY,
+        ),
+        (
+            StatusCode::ReplyOutOfRange,
+            nerva_request_status::NERVA_REQUEST_REPLY_OUT_OF_RANGE,
+        ),
+        (
+            StatusCode::InvalidUtf8,
+            nerva_request_status::NERVA_REQUEST_INVALID_UTF8,
+        ),
+        (
+            StatusCode::TokenOutOfVocab,
+            nerva_request_status::NERVA_REQUEST_TOKEN_OUT_OF_VOCAB,
+        ),
+        (
+            StatusCode::PromptTooLong,
+            nerva_request_status::NERVA_REQUEST_PROMPT_TOO_LONG,
+        ),
+        (
+            StatusCode::BadChatMessages,
+            nerva_request_status::NERVA_REQUEST_BAD_CHAT_MESSAGES,
+        ),
+        (
+            StatusCode::DuplicateTag,
+            nerva_request_status::NERVA_REQUEST_DUPLICATE_TAG,
+        ),
+        (
+            StatusCode::UnknownTag,
+            nerva_request_status::NERVA_REQUEST_UNKNOWN_TAG,
+        ),
+        (
+            StatusCode::Overloaded,
+            nerva_request_status::NERVA_REQUEST_OVERLOADED,
+        ),
+        (
+            StatusCode::ReplyTruncated,
+            nerva_request_status::NERVA_REQUEST_REPLY_TRUNCATED,
+        ),
+        (
+            StatusCode::ShuttingDown,
+            nerva_request_status::NERVA_REQUEST_SHUTTING_DOWN,
+        ),
+        (
+            StatusCode::PermissionDenied,
+            nerva_request_status::NERVA_REQUEST_PERMISSION_DENIED,
+        ),
+        (
+            StatusCode::Internal,
+            nerva_request_status::NERVA_REQUEST_INTERNAL,
+        ),
     ]
 }
 
@@ -276,7 +367,9 @@ pub extern "C" fn nerva_request_status_string(status: u32) -> *const c_char {
     texts
         .iter()
         .find(|(code, _)| *code == status)
-        .map_or(c"unknown request status".as_ptr(), |(_, text)| text.as_ptr())
+        .map_or(c"unknown request status".as_ptr(), |(_, text)| {
+            text.as_ptr()
+        })
 }
 
 impl From<&Error> for nerva_status {
@@ -328,7 +421,10 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for status in nerva_status::all() {
             assert_eq!(nerva_status::from_code(status.code()), Some(status));
-            assert!(seen.insert(status.message().to_bytes()), "{status:?} shares its text");
+            assert!(
+                seen.insert(status.message().to_bytes()),
+                "{status:?} shares its text"
+            );
         }
         assert_eq!(nerva_status::from_code(1), None);
         assert_eq!(nerva_status::from_code(-16), None);
@@ -356,7 +452,11 @@ mod tests {
     #[test]
     fn request_statuses_mirror_the_wire_table() {
         let pairs = request_status_pairs();
-        assert_eq!(pairs.len(), StatusCode::ALL.len(), "a wire status has no C name");
+        assert_eq!(
+            pairs.len(),
+            StatusCode::ALL.len(),
+            "a wire status has no C name"
+        );
         for (wire, c) in pairs {
             assert_eq!(u32::from(wire.as_u16()), c as u32, "{wire:?}");
             // SAFETY: nerva_request_status_string returns a static NUL-terminated string.

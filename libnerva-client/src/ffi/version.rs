@@ -45,7 +45,10 @@ mod tests {
     #[test]
     fn version_string_names_the_abi_and_wire_versions_in_force() {
         let text = VERSION_STRING.to_str().expect("ASCII");
-        assert!(text.contains(&format!("c-abi {NERVA_ABI_VERSION},")), "{text}");
+        assert!(
+            text.contains(&format!("c-abi {NERVA_ABI_VERSION},")),
+            "{text}"
+        );
         assert!(
             text.contains(&format!("wire {})", nerva_rings::handshake::ABI_VERSION)),
             "{text}"

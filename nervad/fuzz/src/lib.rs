@@ -67,8 +67,14 @@ pub fn check_descriptor(data: &[u8]) -> Outcome {
         PromptKind::Text | PromptKind::ChatJson => core::str::from_utf8(prompt).is_ok(),
         PromptKind::TokenIds => {
             // validate() guarantees whole ids.
-            assert_eq!(prompt.len() % 4, 0, "token-id prompt of partial ids passed validation");
-            let ids = prompt.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+            assert_eq!(
+                prompt.len() % 4,
+                0,
+                "token-id prompt of partial ids passed validation"
+            );
+            let ids = prompt
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
             ids.count() == prompt.len() / 4
         }
     };
@@ -117,6 +123,10 @@ fn check_extension(block: &[u8]) -> bool {
     assert_eq!(view.stop_token_ids().count(), owned.stop_token_ids.len());
     let encoded = owned.encode().expect("a parsed extension re-encodes");
     let reparsed = ExtensionView::parse(&encoded).expect("a re-encoded extension parses");
-    assert_eq!(reparsed.to_owned(), owned, "extension changed through encode/parse");
+    assert_eq!(
+        reparsed.to_owned(),
+        owned,
+        "extension changed through encode/parse"
+    );
     true
 }

@@ -55,7 +55,14 @@ pub fn compile_example(example: &str, output: &Path, flags: &[String]) {
     let source = root.join(format!("libnerva-client/examples/{example}.c"));
     let cc = c_compiler();
     let result = Command::new(&cc)
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1"])
+        .args([
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O1",
+        ])
         .arg(&source)
         .arg("-o")
         .arg(output)

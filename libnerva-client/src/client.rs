@@ -522,7 +522,6 @@ impl Client {
         }
         let sock = fds[1].revents().unwrap_or(PollFlags::empty());
         if !sock.is_empty() {
-            drop(fds);
             self.check_alive(PollTimeout::ZERO)?;
         }
         Ok(())

@@ -20,10 +20,10 @@ use crate::error::{Error, Result};
 /// The default socket path: `$XDG_RUNTIME_DIR/nerva/nervad.sock`, else `/run/nerva/nervad.sock`
 /// (the daemon's default too). `NERVA_SOCKET` overrides both.
 pub fn default_socket_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("NERVA_SOCKET") {
-        if !p.is_empty() {
-            return PathBuf::from(p);
-        }
+    if let Some(p) = std::env::var_os("NERVA_SOCKET")
+        && !p.is_empty()
+    {
+        return PathBuf::from(p);
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("nerva").join("nervad.sock"),

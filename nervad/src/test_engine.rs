@@ -172,7 +172,8 @@ impl TestEngine {
 
     fn finish(seq: &mut Sequence, reason: FinishReason, sink: &mut dyn EventSink) {
         let rest = &seq.text[seq.emitted..];
-        if !rest.is_empty() && matches!(reason, FinishReason::Length | FinishReason::ContextLength) {
+        if !rest.is_empty() && matches!(reason, FinishReason::Length | FinishReason::ContextLength)
+        {
             sink.emit(EngineEvent::Text {
                 key: seq.key,
                 sample: seq.sample,
@@ -422,21 +423,28 @@ mod tests {
             ..Default::default()
         };
         let mut e = TestEngine::new(Duration::ZERO);
-        e.submit(request(1, "hello", 40, stop.clone())).expect("accepted");
+        e.submit(request(1, "hello", 40, stop.clone()))
+            .expect("accepted");
         let a = run(&mut e);
-        e.submit(request(1, "hello", 40, stop.clone())).expect("accepted");
+        e.submit(request(1, "hello", 40, stop.clone()))
+            .expect("accepted");
         let b = run(&mut e);
         assert_eq!(a.text, b.text);
         assert_eq!(a.done, vec![(0, FinishReason::Length, 40)]);
         // Cut at the second word: the stop string spans the word boundary.
         let second = a.text.split(' ').nth(2).expect("word");
-        let stop_at = format!("{} {}", &a.text.split(' ').nth(1).expect("w")[1..], &second[..1]);
+        let stop_at = format!(
+            "{} {}",
+            &a.text.split(' ').nth(1).expect("w")[1..],
+            &second[..1]
+        );
         let with_stop = StopConditions {
             stop_strings: vec![stop_at.clone()],
             ignore_eos: true,
             ..Default::default()
         };
-        e.submit(request(2, "hello", 40, with_stop)).expect("accepted");
+        e.submit(request(2, "hello", 40, with_stop))
+            .expect("accepted");
         let c = run(&mut e);
         let cut = a.text.find(&stop_at).expect("present");
         assert_eq!(c.text, a.text[..cut]);
@@ -450,8 +458,16 @@ mod tests {
             e.submit(request(1, "", 4, StopConditions::default())),
             Err(RequestError::InvalidPrompt(_))
         ));
-        e.submit(request(1, "x", 1000, StopConditions { ignore_eos: true, ..Default::default() }))
-            .expect("accepted");
+        e.submit(request(
+            1,
+            "x",
+            1000,
+            StopConditions {
+                ignore_eos: true,
+                ..Default::default()
+            },
+        ))
+        .expect("accepted");
         assert_eq!(
             e.submit(request(1, "x", 4, StopConditions::default())),
             Err(RequestError::DuplicateTag)

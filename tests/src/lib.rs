@@ -1,1 +1,4 @@
 //! Helpers shared by Nerva's cross-crate tests.
+
+pub mod daemon_harness;
+pub mod daemon_raw;

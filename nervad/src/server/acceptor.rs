@@ -9,15 +9,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
+use nerva_rings::EventFd;
 use nerva_rings::handshake::{ABI_VERSION, HandshakeStatus, Hello, Welcome};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::client_segment::{SegmentSizes, SegmentSpec};
+use super::config::ServeConfig;
 use super::listener::{DaemonSocket, read_hello, send_welcome};
 use super::policy::{AccessPolicy, PeerCredentials};
-use super::segment::{SegmentOptions, SharedSegment};
-use super::config::ServeConfig;
+use super::segment::SegmentOptions;
 
 /// A client that passed every check, with its segment ready; the poll thread takes it from here.
 pub struct NewClient {
@@ -100,10 +100,9 @@ impl Acceptor {
 
     /// Page backing of the pooled segments, for the startup log and status.
     pub fn pool_report(&self) -> Option<(&'static str, u64, bool)> {
-        self.pool.first().map(|s| {
-            let seg: &SharedSegment = &s.segment;
-            (seg.backing().name(), seg.page_bytes(), seg.locked())
-        })
+        self.pool
+            .first()
+            .map(|s| (s.backing.name(), s.page_bytes, s.locked))
     }
 
     /// Serve connects until the stop eventfd fires.
@@ -132,7 +131,9 @@ impl Acceptor {
                 }
             }
             let stop = fds[1].revents().is_some_and(|r| !r.is_empty());
-            let ready = fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+            let ready = fds[0]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLIN));
             if stop {
                 return;
             }
@@ -152,7 +153,14 @@ impl Acceptor {
     }
 
     fn refuse(&self, conn: &OwnedFd, peer: &PeerCredentials, status: HandshakeStatus, why: &str) {
-        tracing::info!(pid = peer.pid, uid = peer.uid, gid = peer.gid, ?status, why, "connect refused");
+        tracing::info!(
+            pid = peer.pid,
+            uid = peer.uid,
+            gid = peer.gid,
+            ?status,
+            why,
+            "connect refused"
+        );
         let welcome = Welcome::refused(status, self.pid, why);
         if let Err(e) = send_welcome(conn.as_fd(), &welcome, None) {
             tracing::debug!(error = %e, "refusal not delivered");
@@ -168,15 +176,15 @@ impl Acceptor {
                 return;
             }
         };
-        // Policy first: a refused peer learns nothing but the refusal.
-        if !self.policy.admits(&peer) {
-            self.refuse(&conn, &peer, HandshakeStatus::PermissionDenied, "uid/gid not admitted by the daemon's access policy");
-            return;
-        }
         let hello = match read_hello(conn.as_fd(), HELLO_TIMEOUT) {
             Ok(Ok(h)) => h,
             Ok(Err(e)) => {
-                self.refuse(&conn, &peer, HandshakeStatus::BadRequest, &format!("malformed hello: {e}"));
+                self.refuse(
+                    &conn,
+                    &peer,
+                    HandshakeStatus::BadRequest,
+                    &format!("malformed hello: {e}"),
+                );
                 return;
             }
             Err(e) => {
@@ -184,17 +192,42 @@ impl Acceptor {
                 return;
             }
         };
+        // The hello is read even from a peer we refuse: closing a socket with unread data
+        // resets the connection and the peer would never see the refusal. A refused peer
+        // learns nothing but the refusal.
+        if !self.policy.admits(&peer) {
+            self.refuse(
+                &conn,
+                &peer,
+                HandshakeStatus::PermissionDenied,
+                "uid/gid not admitted by the daemon's access policy",
+            );
+            return;
+        }
         if hello.abi_version != ABI_VERSION {
-            let why = format!("daemon speaks ABI {ABI_VERSION}, client {}", hello.abi_version);
+            let why = format!(
+                "daemon speaks ABI {ABI_VERSION}, client {}",
+                hello.abi_version
+            );
             self.refuse(&conn, &peer, HandshakeStatus::VersionMismatch, &why);
             return;
         }
         if self.shared.shutting_down.load(Ordering::Acquire) {
-            self.refuse(&conn, &peer, HandshakeStatus::ShuttingDown, "daemon is shutting down");
+            self.refuse(
+                &conn,
+                &peer,
+                HandshakeStatus::ShuttingDown,
+                "daemon is shutting down",
+            );
             return;
         }
         if self.shared.clients.load(Ordering::Relaxed) >= self.config.max_clients {
-            self.refuse(&conn, &peer, HandshakeStatus::TooManyClients, "daemon serves --max-clients clients");
+            self.refuse(
+                &conn,
+                &peer,
+                HandshakeStatus::TooManyClients,
+                "daemon serves --max-clients clients",
+            );
             return;
         }
         let sizes = match self.sizes_for(&hello) {
@@ -205,22 +238,33 @@ impl Acceptor {
             }
         };
         let segment = if sizes == self.default_sizes && !self.pool.is_empty() {
-            self.pool.pop().ok_or_else(|| io::Error::other("pool empty"))
+            self.pool
+                .pop()
+                .ok_or_else(|| io::Error::other("pool empty"))
         } else {
             SegmentSpec::create(sizes, self.options)
         };
-        let doorbells = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-            .and_then(|a| Ok((a, EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?)));
+        let doorbells = EventFd::new().and_then(|a| Ok((a, EventFd::new()?)));
         let (segment, (sq_doorbell, cq_doorbell)) = match (segment, doorbells) {
             (Ok(s), Ok(d)) => (s, d),
             (Err(e), _) => {
                 tracing::warn!(error = %e, "segment creation failed");
-                self.refuse(&conn, &peer, HandshakeStatus::ResourceExhausted, "cannot create the shared segment");
+                self.refuse(
+                    &conn,
+                    &peer,
+                    HandshakeStatus::ResourceExhausted,
+                    "cannot create the shared segment",
+                );
                 return;
             }
             (_, Err(e)) => {
                 tracing::warn!(error = %e, "eventfd creation failed");
-                self.refuse(&conn, &peer, HandshakeStatus::ResourceExhausted, "cannot create doorbells");
+                self.refuse(
+                    &conn,
+                    &peer,
+                    HandshakeStatus::ResourceExhausted,
+                    "cannot create doorbells",
+                );
                 return;
             }
         };
@@ -235,7 +279,7 @@ impl Acceptor {
             // The poll thread is gone: we are shutting down.
             return;
         }
-        if let Err(e) = self.inbox_bell.write(1) {
+        if let Err(e) = self.inbox_bell.signal() {
             tracing::warn!(error = %e, "cannot ring the poll thread");
         }
     }
@@ -244,14 +288,24 @@ impl Acceptor {
         let pick = |asked: u32, default: u32| if asked == 0 { default } else { asked };
         let sq = pick(hello.sq_entries, self.config.sq_entries);
         let cq = pick(hello.cq_entries, self.config.cq_entries);
-        let data = if hello.data_bytes == 0 { self.config.data_bytes } else { hello.data_bytes };
+        let data = if hello.data_bytes == 0 {
+            self.config.data_bytes
+        } else {
+            hello.data_bytes
+        };
         for (name, n) in [("sq_entries", sq), ("cq_entries", cq)] {
             if !n.is_power_of_two() || n < 2 || n > self.config.max_ring_entries {
-                return Err(format!("{name} {n} must be a power of two in 2..={}", self.config.max_ring_entries));
+                return Err(format!(
+                    "{name} {n} must be a power of two in 2..={}",
+                    self.config.max_ring_entries
+                ));
             }
         }
         if data < 4096 || data > self.config.max_data_bytes {
-            return Err(format!("data_bytes {data} must be in 4096..={}", self.config.max_data_bytes));
+            return Err(format!(
+                "data_bytes {data} must be in 4096..={}",
+                self.config.max_data_bytes
+            ));
         }
         Ok(SegmentSizes {
             sq_entries: sq,

@@ -7,7 +7,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nerva_rings::handshake::{HELLO_LEN, Hello, HandshakeError, WELCOME_FDS, Welcome};
+use nerva_rings::handshake::{HELLO_LEN, HandshakeError, Hello, WELCOME_FDS, Welcome};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
@@ -75,14 +75,14 @@ impl DaemonSocket {
     /// Bind `path` with permissions `mode`. A leftover socket file whose daemon is gone is
     /// removed; a live one is an error.
     pub fn bind(path: &Path, mode: u32) -> Result<DaemonSocket, ListenError> {
-        if let Some(dir) = path.parent() {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|source| ListenError::Io {
-                    what: "create directory",
-                    path: dir.to_path_buf(),
-                    source,
-                })?;
-            }
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir).map_err(|source| ListenError::Io {
+                what: "create directory",
+                path: dir.to_path_buf(),
+                source,
+            })?;
         }
         let addr = UnixAddr::new(path).map_err(io_err("socket address", path))?;
         match std::fs::symlink_metadata(path) {
@@ -175,11 +175,17 @@ impl Drop for DaemonSocket {
 }
 
 /// Wait up to `timeout` for the peer's [`Hello`] and decode it.
-pub fn read_hello(conn: BorrowedFd<'_>, timeout: Duration) -> io::Result<Result<Hello, HandshakeError>> {
+pub fn read_hello(
+    conn: BorrowedFd<'_>,
+    timeout: Duration,
+) -> io::Result<Result<Hello, HandshakeError>> {
     let mut fds = [PollFd::new(conn, PollFlags::POLLIN)];
     let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
     if poll(&mut fds, ms)? == 0 {
-        return Err(io::Error::new(io::ErrorKind::TimedOut, "no hello from peer"));
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no hello from peer",
+        ));
     }
     // One byte more than a hello: a longer message is malformed, not silently truncated.
     let mut buf = [0u8; HELLO_LEN + 1];
@@ -196,7 +202,11 @@ pub fn read_hello(conn: BorrowedFd<'_>, timeout: Duration) -> io::Result<Result<
 }
 
 /// Send `welcome`, with `fds` attached when given (exactly [`WELCOME_FDS`] on success).
-pub fn send_welcome(conn: BorrowedFd<'_>, welcome: &Welcome, fds: Option<[RawFd; WELCOME_FDS]>) -> io::Result<()> {
+pub fn send_welcome(
+    conn: BorrowedFd<'_>,
+    welcome: &Welcome,
+    fds: Option<[RawFd; WELCOME_FDS]>,
+) -> io::Result<()> {
     let bytes = welcome.encode();
     let iov = [IoSlice::new(&bytes)];
     let rights;

@@ -10,14 +10,13 @@
 //! it: a client that could shrink the file would make the daemon's next access to the mapping
 //! raise `SIGBUS`.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsFd, OwnedFd};
 
-use memmap2::{MmapOptions, MmapRaw};
+use nerva_rings::SegmentMapping;
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::mman::{MmapAdvise, madvise, mlock};
 
 /// 2 MiB: the huge page size of x86-64 and of the aarch64 4K-granule configuration.
 pub const HUGE_PAGE_BYTES: u64 = 2 << 20;
@@ -55,22 +54,24 @@ pub struct SegmentOptions {
     pub mlock: bool,
 }
 
-/// A mapped, sealed memfd owned by the daemon.
-pub struct SharedSegment {
-    // Field order matters for drop: unmap before closing the fd (either order is sound for
-    // the kernel, this one keeps the mapping's lifetime inside the fd's).
-    map: MmapRaw,
-    fd: OwnedFd,
-    len: usize,
-    backing: PageBacking,
-    page_bytes: u64,
-    locked: bool,
+/// A sealed memfd and the daemon's mapping of it.
+pub struct SharedMemfd {
+    /// The memfd to pass to the client.
+    pub fd: OwnedFd,
+    /// The daemon's mapping (unmapped on drop).
+    pub mapping: SegmentMapping,
+    /// What backs the pages.
+    pub backing: PageBacking,
+    /// Page size actually obtained.
+    pub page_bytes: u64,
+    /// Whether `mlock` succeeded.
+    pub locked: bool,
 }
 
-impl std::fmt::Debug for SharedSegment {
+impl std::fmt::Debug for SharedMemfd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedSegment")
-            .field("len", &self.len)
+        f.debug_struct("SharedMemfd")
+            .field("len", &self.mapping.len())
             .field("backing", &self.backing)
             .field("page_bytes", &self.page_bytes)
             .field("locked", &self.locked)
@@ -78,10 +79,10 @@ impl std::fmt::Debug for SharedSegment {
     }
 }
 
-impl SharedSegment {
-    /// Create a segment of at least `min_len` bytes (rounded up to its page size), zeroed,
-    /// pre-faulted, sealed against resizing.
-    pub fn create(min_len: usize, options: SegmentOptions) -> io::Result<SharedSegment> {
+impl SharedMemfd {
+    /// Create a memfd of at least `min_len` bytes (rounded up to its page size), zeroed,
+    /// pre-faulted, sealed against resizing, and map it.
+    pub fn create(min_len: usize, options: SegmentOptions) -> io::Result<SharedMemfd> {
         if min_len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty segment"));
         }
@@ -94,7 +95,7 @@ impl SharedSegment {
         Self::create_shmem(min_len, options)
     }
 
-    fn create_hugetlb(min_len: usize, options: SegmentOptions) -> io::Result<SharedSegment> {
+    fn create_hugetlb(min_len: usize, options: SegmentOptions) -> io::Result<SharedMemfd> {
         let len = round_up(min_len as u64, HUGE_PAGE_BYTES)?;
         let fd = memfd_create(
             c"nerva-segment",
@@ -103,30 +104,38 @@ impl SharedSegment {
                 | MFdFlags::MFD_HUGETLB
                 | MFdFlags::MFD_HUGE_2MB,
         )?;
-        // A hugetlb mapping reserves its pages at mmap time (we do not pass MAP_NORESERVE), so
-        // a host without free huge pages fails here with ENOMEM instead of SIGBUS on first touch.
-        Self::finish(fd, len, PageBacking::Hugetlb, HUGE_PAGE_BYTES, options)
+        // A hugetlb mapping reserves its pages at mmap time (no MAP_NORESERVE), so a host
+        // without free huge pages fails here with ENOMEM instead of SIGBUS on first touch.
+        Self::finish(
+            fd,
+            len,
+            PageBacking::Hugetlb,
+            HUGE_PAGE_BYTES,
+            options,
+            false,
+        )
     }
 
-    fn create_shmem(min_len: usize, options: SegmentOptions) -> io::Result<SharedSegment> {
+    fn create_shmem(min_len: usize, options: SegmentOptions) -> io::Result<SharedMemfd> {
         let want_thp = thp_shmem_possible() && min_len as u64 >= HUGE_PAGE_BYTES;
-        let align = if want_thp { HUGE_PAGE_BYTES } else { BASE_PAGE_BYTES };
+        let align = if want_thp {
+            HUGE_PAGE_BYTES
+        } else {
+            BASE_PAGE_BYTES
+        };
         let len = round_up(min_len as u64, align)?;
         let fd = memfd_create(
             c"nerva-segment",
             MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
         )?;
-        let mut seg = Self::finish(fd, len, PageBacking::Base, BASE_PAGE_BYTES, options)?;
-        if want_thp {
-            // Advice only: whether the kernel honoured it is read back from smaps below.
-            if seg.map.advise(memmap2::Advice::HugePage).is_ok()
-                && pmd_mapped_bytes(seg.map.as_ptr() as usize) > 0
-            {
-                seg.backing = PageBacking::TransparentHuge;
-                seg.page_bytes = HUGE_PAGE_BYTES;
-            }
-        }
-        Ok(seg)
+        Self::finish(
+            fd,
+            len,
+            PageBacking::Base,
+            BASE_PAGE_BYTES,
+            options,
+            want_thp,
+        )
     }
 
     fn finish(
@@ -135,7 +144,8 @@ impl SharedSegment {
         backing: PageBacking,
         page_bytes: u64,
         options: SegmentOptions,
-    ) -> io::Result<SharedSegment> {
+        want_thp: bool,
+    ) -> io::Result<SharedMemfd> {
         let off_len = i64::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
         nix::unistd::ftruncate(&fd, off_len)?;
@@ -147,62 +157,33 @@ impl SharedSegment {
         )?;
         let len = usize::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment too large"))?;
-        let file = File::from(fd.try_clone()?);
-        // populate: fault every page now, at connect time, so the hot path never page-faults.
-        let map = MmapOptions::new().len(len).populate().map_raw(&file)?;
-        let locked = options.mlock && map.lock().is_ok();
-        Ok(SharedSegment {
-            map,
+        // MAP_POPULATE: every page is faulted now, at connect time, never on the hot path.
+        let mapping = SegmentMapping::map_fd(fd.as_fd(), len)?;
+        let mut seg = SharedMemfd {
             fd,
-            len,
+            mapping,
             backing,
             page_bytes,
-            locked,
-        })
-    }
-
-    /// Start of the daemon's mapping. Valid (and at least [`Self::len`] bytes long) for the
-    /// lifetime of `self`; the bytes are shared with an untrusted process.
-    pub fn as_ptr(&self) -> NonNull<u8> {
-        // memmap2 never returns a null mapping.
-        NonNull::new(self.map.as_mut_ptr()).unwrap_or(NonNull::dangling())
-    }
-
-    /// Mapped length in bytes (the memfd's sealed size).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Never true: segments are created non-empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The memfd to pass to the client.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
-    /// What backs the pages.
-    pub fn backing(&self) -> PageBacking {
-        self.backing
-    }
-
-    /// Page size actually obtained.
-    pub fn page_bytes(&self) -> u64 {
-        self.page_bytes
-    }
-
-    /// Whether `mlock` succeeded.
-    pub fn locked(&self) -> bool {
-        self.locked
+            locked: false,
+        };
+        let base = seg.mapping.as_ptr().cast::<std::ffi::c_void>();
+        if want_thp {
+            // SAFETY: advice over exactly our own live mapping; MADV_HUGEPAGE changes no
+            // contents. Whether the kernel honoured it is read back from smaps below.
+            let advised = unsafe { madvise(base, len, MmapAdvise::MADV_HUGEPAGE) }.is_ok();
+            if advised && pmd_mapped_bytes(base.as_ptr() as usize) > 0 {
+                seg.backing = PageBacking::TransparentHuge;
+                seg.page_bytes = HUGE_PAGE_BYTES;
+            }
+        }
+        if options.mlock {
+            // SAFETY: locks exactly our own live mapping; no contents change. Failure (e.g.
+            // RLIMIT_MEMLOCK) is reported, not fatal.
+            seg.locked = unsafe { mlock(base, len) }.is_ok();
+        }
+        Ok(seg)
     }
 }
-
-// SAFETY: the segment owns its mapping and fd; the raw pointer inside MmapRaw is only an
-// address, and all accesses through it go through the ring types, which treat the memory as
-// shared with another process (atomics / volatile copies).
-unsafe impl Send for SharedSegment {}
 
 fn round_up(value: u64, align: u64) -> io::Result<u64> {
     value
@@ -269,7 +250,7 @@ mod tests {
 
     #[test]
     fn segment_is_sealed_zeroed_and_reports_its_pages() {
-        let seg = SharedSegment::create(
+        let seg = SharedMemfd::create(
             10_000,
             SegmentOptions {
                 try_hugetlb: true,
@@ -277,15 +258,16 @@ mod tests {
             },
         )
         .expect("segment");
-        assert!(seg.len() >= 10_000);
-        assert_eq!(seg.len() as u64 % seg.page_bytes(), 0);
-        let seals = fcntl(seg.fd(), FcntlArg::F_GET_SEALS).expect("seals");
+        let len = seg.mapping.len();
+        assert!(len >= 10_000);
+        assert_eq!(len as u64 % seg.page_bytes, 0);
+        let seals = fcntl(&seg.fd, FcntlArg::F_GET_SEALS).expect("seals");
         let want = (SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL).bits();
         assert_eq!(seals & want, want);
         // A sealed memfd refuses to shrink: the client cannot SIGBUS the daemon.
-        assert!(nix::unistd::ftruncate(seg.fd(), 0).is_err());
-        // SAFETY: the mapping is seg.len() bytes and nobody else maps it in this test.
-        let bytes = unsafe { std::slice::from_raw_parts(seg.as_ptr().as_ptr(), seg.len()) };
+        assert!(nix::unistd::ftruncate(&seg.fd, 0).is_err());
+        // SAFETY: the mapping is `len` bytes, live, and nobody else maps it in this test.
+        let bytes = unsafe { std::slice::from_raw_parts(seg.mapping.as_ptr().as_ptr(), len) };
         assert!(bytes.iter().all(|&b| b == 0));
     }
 }

@@ -103,8 +103,9 @@ struct Histograms {
 
 fn histogram() -> Histogram<u64> {
     // 1 µs .. 1 hour at 3 significant digits; fixed size, recording never allocates.
-    Histogram::new_with_bounds(1, 3_600_000_000, 3)
-        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!("3 sig figs is valid")))
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap_or_else(|_| {
+        Histogram::new(3).unwrap_or_else(|_| unreachable!("3 sig figs is valid"))
+    })
 }
 
 fn reason_index(reason: FinishReason) -> usize {
@@ -196,7 +197,7 @@ impl LatencyStats {
                 }
             })
             .sum();
-        let window = (now.min(10)).max(1) as f64;
+        let window = now.clamp(1, 10) as f64;
         let stage = |h: &Histogram<u64>| {
             json!({
                 "count": h.len(),
@@ -253,7 +254,9 @@ mod tests {
         assert_eq!(j["tokens_generated"], 1100);
         let p50 = j["latency"]["queue"]["p50_us"].as_u64().expect("number");
         assert!((49..=51).contains(&p50), "{p50}");
-        let itl = j["latency"]["inter_token"]["p99_us"].as_u64().expect("number");
+        let itl = j["latency"]["inter_token"]["p99_us"]
+            .as_u64()
+            .expect("number");
         assert!((98..=100).contains(&itl), "{itl}");
     }
 }

@@ -1,0 +1,158 @@
+//! Human-readable renderings of the daemon's admin JSON.
+
+use serde_json::Value;
+
+fn parse(json: &str) -> Value {
+    serde_json::from_str(json).unwrap_or(Value::String(json.to_string()))
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// `status`.
+pub fn print_status(json: &str, as_json: bool) {
+    if as_json {
+        println!("{json}");
+        return;
+    }
+    let v = parse(json);
+    let rows = [
+        ("model", &v["model"]["name"]),
+        ("architecture", &v["model"]["architecture"]),
+        ("max context", &v["model"]["max_context"]),
+        ("backend", &v["backend"]),
+        ("device", &v["device"]),
+        ("daemon pid", &v["daemon"]["pid"]),
+        ("version", &v["daemon"]["version"]),
+        ("abi", &v["daemon"]["abi_version"]),
+        ("uptime (s)", &v["daemon"]["uptime_s"]),
+        ("socket", &v["daemon"]["socket"]),
+        ("access policy", &v["daemon"]["policy"]),
+        ("clients", &v["daemon"]["clients"]),
+        ("draining", &v["daemon"]["draining"]),
+        ("spin (µs)", &v["daemon"]["spin_us"]),
+        ("segment pages", &v["arenas"]["segment_backing"]),
+        ("segment page bytes", &v["arenas"]["segment_page_bytes"]),
+        ("segments mlocked", &v["arenas"]["segments_mlocked"]),
+        ("segment pool", &v["arenas"]["segment_pool"]),
+        ("staging bytes", &v["arenas"]["staging_bytes"]),
+        ("staging mlocked", &v["arenas"]["staging_mlocked"]),
+        ("host pages", &v["arenas"]["host_pages"]),
+        ("kv pages", &v["kv"]["pages_total"]),
+        ("kv page tokens", &v["kv"]["page_tokens"]),
+    ];
+    for (k, val) in rows {
+        println!("{k:<20} {}", s(val));
+    }
+}
+
+/// `clients`.
+pub fn print_clients(json: &str, as_json: bool) {
+    if as_json {
+        println!("{json}");
+        return;
+    }
+    let v = parse(json);
+    let empty = Vec::new();
+    let rows = v.as_array().unwrap_or(&empty);
+    println!(
+        "{:>4} {:>8} {:>6} {:>11} {:>11} {:>7} {:>6} {:>9} {:>9} {:>10} {:>9}",
+        "slot",
+        "pid",
+        "uid",
+        "sq used",
+        "cq used",
+        "backlog",
+        "paused",
+        "in-flight",
+        "requests",
+        "tokens",
+        "age (s)"
+    );
+    for r in rows {
+        println!(
+            "{:>4} {:>8} {:>6} {:>11} {:>11} {:>7} {:>6} {:>9} {:>9} {:>10} {:>9.1}",
+            s(&r["slot"]),
+            s(&r["pid"]),
+            s(&r["uid"]),
+            format!("{}/{}", s(&r["sq_used"]), s(&r["sq_entries"])),
+            format!("{}/{}", s(&r["cq_used"]), s(&r["cq_entries"])),
+            s(&r["backlog"]),
+            s(&r["paused"]),
+            s(&r["in_flight"]),
+            s(&r["requests"]),
+            s(&r["tokens_served"]),
+            r["connected_s"].as_f64().unwrap_or(0.0),
+        );
+    }
+    if rows.is_empty() {
+        println!("(no clients besides this one)");
+    }
+}
+
+/// `stats`.
+pub fn print_stats(json: &str, as_json: bool) {
+    if as_json {
+        println!("{json}");
+        return;
+    }
+    let v = parse(json);
+    let e = &v["engine"];
+    println!(
+        "uptime (s)            {:.1}",
+        e["uptime_s"].as_f64().unwrap_or(0.0)
+    );
+    println!("tokens generated      {}", s(&e["tokens_generated"]));
+    println!(
+        "tokens/s overall      {:.1}",
+        e["tokens_per_s_overall"].as_f64().unwrap_or(0.0)
+    );
+    println!(
+        "tokens/s last 10 s    {:.1}",
+        e["tokens_per_s_last_10s"].as_f64().unwrap_or(0.0)
+    );
+    println!("samples finished      {}", e["samples_finished"]);
+    println!();
+    println!(
+        "{:<22} {:>8} {:>10} {:>10} {:>10} {:>10}",
+        "latency (µs)", "count", "p50", "p90", "p99", "max"
+    );
+    for (name, key) in [
+        ("queue", "queue"),
+        ("time to first token", "time_to_first_token"),
+        ("inter-token", "inter_token"),
+        ("end to end", "end_to_end"),
+    ] {
+        let h = &e["latency"][key];
+        println!(
+            "{:<22} {:>8} {:>10} {:>10} {:>10} {:>10}",
+            name,
+            s(&h["count"]),
+            s(&h["p50_us"]),
+            s(&h["p90_us"]),
+            s(&h["p99_us"]),
+            s(&h["max_us"])
+        );
+    }
+    println!();
+    println!("poll-thread ledger");
+    if let Some(obj) = v["ledger"].as_object() {
+        for (k, val) in obj {
+            println!("  {k:<22} {}", s(val));
+        }
+    }
+}
+
+/// Percentile of sorted values (nearest rank).
+pub fn percentile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}

@@ -1,0 +1,146 @@
+//! Admin replies (`nervactl status / clients / stats`), as JSON built on the poll thread.
+//! Admin queries are not on the hot path: they allocate, and the poll loop accounts for that
+//! separately from its per-descriptor ledger.
+
+use serde_json::{Value, json};
+
+use crate::engine::api::EngineInfo;
+
+/// Static facts for `status`.
+#[derive(Debug, Clone)]
+pub struct StatusContext {
+    /// Engine facts.
+    pub engine: EngineInfo,
+    /// Socket path.
+    pub socket: String,
+    /// Access policy, as text.
+    pub policy: String,
+    /// Segment backing of the pooled segments: (name, page bytes, mlocked).
+    pub segment_pages: Option<(&'static str, u64, bool)>,
+    /// Host page facts (nr_hugepages, shmem THP policy).
+    pub host_pages: String,
+    /// Pre-allocated segments.
+    pub segment_pool: u32,
+    /// Staging bytes for prompt copies, and whether they are mlocked.
+    pub staging: (usize, bool),
+    /// Engine command / output queue capacities.
+    pub queues: (usize, usize),
+    /// Default ring and region sizes.
+    pub defaults: (u32, u32, u64, u64),
+    /// Spin window in microseconds.
+    pub spin_us: u64,
+    /// Most clients.
+    pub max_clients: u32,
+}
+
+/// One client's row in `clients`.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientRow {
+    /// Slot.
+    pub slot: u32,
+    /// Generation of the slot.
+    pub generation: u32,
+    /// Peer pid/uid/gid.
+    pub pid: i32,
+    /// uid.
+    pub uid: u32,
+    /// gid.
+    pub gid: u32,
+    /// Submission ring entries waiting / capacity.
+    pub sq: (u32, u32),
+    /// Completion ring entries unread by the client / capacity.
+    pub cq: (u32, u32),
+    /// Completions waiting in the daemon for ring space.
+    pub backlog: usize,
+    /// Streams paused for a full completion ring.
+    pub paused: bool,
+    /// Requests in flight.
+    pub in_flight: usize,
+    /// Requests submitted.
+    pub requests: u64,
+    /// Tokens generated for this client.
+    pub tokens_served: u64,
+    /// Descriptors consumed.
+    pub descriptors: u64,
+    /// Seconds connected.
+    pub connected_s: f64,
+    /// Segment bytes and page size.
+    pub segment: (u64, u64),
+}
+
+/// `status` reply.
+pub fn status_json(ctx: &StatusContext, uptime_s: f64, clients: usize, draining: bool) -> Value {
+    let (backing, page_bytes, locked) = ctx.segment_pages.unwrap_or(("none", 0, false));
+    json!({
+        "daemon": {
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "abi_version": nerva_rings::handshake::ABI_VERSION,
+            "uptime_s": uptime_s,
+            "socket": ctx.socket,
+            "policy": ctx.policy,
+            "draining": draining,
+            "clients": clients,
+            "max_clients": ctx.max_clients,
+            "spin_us": ctx.spin_us,
+        },
+        "model": {
+            "name": ctx.engine.model,
+            "architecture": ctx.engine.architecture,
+            "max_context": ctx.engine.max_context,
+        },
+        "backend": ctx.engine.backend,
+        "device": ctx.engine.device,
+        "kv": {
+            "pages_total": ctx.engine.kv_pages_total,
+            "page_tokens": ctx.engine.kv_page_tokens,
+        },
+        "arenas": {
+            "segment_backing": backing,
+            "segment_page_bytes": page_bytes,
+            "segments_mlocked": locked,
+            "segment_pool": ctx.segment_pool,
+            "staging_bytes": ctx.staging.0,
+            "staging_mlocked": ctx.staging.1,
+            "engine_command_queue": ctx.queues.0,
+            "engine_output_queue": ctx.queues.1,
+            "host_pages": ctx.host_pages,
+        },
+        "defaults": {
+            "sq_entries": ctx.defaults.0,
+            "cq_entries": ctx.defaults.1,
+            "data_bytes": ctx.defaults.2,
+            "reply_bytes": ctx.defaults.3,
+        },
+    })
+}
+
+/// `clients` reply.
+pub fn clients_json(rows: &[ClientRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                json!({
+                    "slot": r.slot,
+                    "generation": r.generation,
+                    "pid": r.pid,
+                    "uid": r.uid,
+                    "gid": r.gid,
+                    "sq_used": r.sq.0,
+                    "sq_entries": r.sq.1,
+                    "cq_used": r.cq.0,
+                    "cq_entries": r.cq.1,
+                    "backlog": r.backlog,
+                    "paused": r.paused,
+                    "in_flight": r.in_flight,
+                    "requests": r.requests,
+                    "tokens_served": r.tokens_served,
+                    "descriptors": r.descriptors,
+                    "connected_s": r.connected_s,
+                    "segment_bytes": r.segment.0,
+                    "page_bytes": r.segment.1,
+                })
+            })
+            .collect(),
+    )
+}

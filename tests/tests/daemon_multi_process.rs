@@ -1,0 +1,79 @@
+//! Many client processes at once: every request completes exactly once, with its own output.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use nerva_client::Client;
+use nerva_tests::daemon_harness::{Daemon, prompt_for, run_prompts, test_params};
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_nervad-under-test");
+const CLIENT: &str = env!("CARGO_BIN_EXE_nerva-test-client");
+
+#[test]
+fn eight_processes_times_fifty_requests_each_get_exactly_their_own_outputs() {
+    const PROCS: u32 = 8;
+    const REQUESTS: u32 = 50;
+    const TOKENS: u32 = 12;
+    let daemon = Daemon::start(DAEMON, &[]);
+
+    // Baseline through the same daemon, one client, so the comparison holds for any
+    // deterministic engine (greedy, fixed length).
+    let prompts: Vec<String> = (0..PROCS)
+        .flat_map(|p| (0..REQUESTS).map(move |r| prompt_for(p, r)))
+        .collect();
+    let mut solo = Client::connect(Some(daemon.socket())).expect("connect");
+    let baseline = run_prompts(&mut solo, &prompts, &test_params(TOKENS), 16).expect("baseline");
+    drop(solo);
+    let distinct: std::collections::HashSet<&String> = baseline.iter().map(|o| &o.text).collect();
+    assert!(
+        distinct.len() > baseline.len() / 2,
+        "prompts must produce distinguishable outputs for this test to mean anything"
+    );
+
+    let children: Vec<_> = (0..PROCS)
+        .map(|p| {
+            Command::new(CLIENT)
+                .arg("stream")
+                .arg(daemon.socket())
+                .args([p.to_string(), REQUESTS.to_string(), TOKENS.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn client")
+        })
+        .collect();
+    let mut completed = 0;
+    for (p, mut child) in children.into_iter().enumerate() {
+        let out = child.stdout.take().expect("stdout");
+        let lines: Vec<String> = BufReader::new(out).lines().map_while(Result::ok).collect();
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "client process {p} failed");
+        assert_eq!(
+            lines.len(),
+            REQUESTS as usize,
+            "client {p}: one line per request"
+        );
+        for (r, line) in lines.iter().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+            let want = &baseline[p * REQUESTS as usize + r];
+            assert_eq!(
+                v["text"].as_str(),
+                Some(want.text.as_str()),
+                "client {p} request {r}"
+            );
+            let tokens: Vec<u32> = v["tokens"]
+                .as_array()
+                .expect("tokens")
+                .iter()
+                .filter_map(|t| t.as_u64().map(|t| t as u32))
+                .collect();
+            assert_eq!(tokens, want.tokens, "client {p} request {r} tokens");
+            assert_eq!(v["finish"].as_str(), Some(want.finish.as_str()));
+            completed += 1;
+        }
+    }
+    println!(
+        "{PROCS} client processes × {REQUESTS} requests: {completed} completed exactly once, \
+         each equal to its single-client baseline"
+    );
+    assert_eq!(completed, PROCS * REQUESTS);
+}

@@ -2,6 +2,7 @@
 //! close.
 
 use core::ffi::{CStr, c_char, c_int};
+use core::mem::MaybeUninit;
 use core::time::Duration;
 use std::collections::VecDeque;
 use std::ffi::OsStr;
@@ -319,7 +320,7 @@ pub unsafe extern "C" fn nerva_client_poll(
         // SAFETY: `n_out` is writable (caller's obligation).
         let n_out = unsafe { arg_out(n_out) }?;
         *n_out = 0;
-        let out: &mut [nerva_event] = if events.is_null() {
+        let out: &mut [MaybeUninit<nerva_event>] = if events.is_null() {
             if cap != 0 {
                 return Err(nerva_status::NERVA_E_INVALID_ARGUMENT);
             }
@@ -329,9 +330,11 @@ pub unsafe extern "C" fn nerva_client_poll(
                 return Err(nerva_status::NERVA_E_INVALID_ARGUMENT);
             }
             // SAFETY: non-NULL, aligned, within isize::MAX bytes (checked above) and writable
-            // for `cap` entries (caller's obligation). Entries are only written, and every
-            // bit pattern C may have left there is overwritten before C reads it back.
-            unsafe { core::slice::from_raw_parts_mut(events, cap) }
+            // for `cap` entries (caller's obligation). Viewed as MaybeUninit because C may pass
+            // uninitialized memory: entries are only written, never read.
+            unsafe {
+                core::slice::from_raw_parts_mut(events.cast::<MaybeUninit<nerva_event>>(), cap)
+            }
         };
         let ClientState {
             client,

@@ -5,6 +5,7 @@
 //! `NERVA_EVENT_MAX_TOKENS`) becomes several consecutive C events of the same kind.
 
 use core::ffi::c_char;
+use core::mem::MaybeUninit;
 use std::collections::VecDeque;
 
 use crate::{Event, EventRef, FinishReason, Timings};
@@ -165,7 +166,9 @@ impl nerva_event {
 /// because the arena may move while it grows. Events that do not fit the caller's array are
 /// kept, owned, in `overflow` and delivered first by the next poll: nothing is ever dropped.
 pub(crate) struct EventSink<'a> {
-    out: &'a mut [nerva_event],
+    /// The caller's array, possibly uninitialized: entries are only written, never read, until
+    /// `filled` says they hold an event.
+    out: &'a mut [MaybeUninit<nerva_event>],
     filled: usize,
     arena: &'a mut Vec<u8>,
     /// (event index, arena offset) of every TEXT event written this poll.
@@ -176,7 +179,7 @@ pub(crate) struct EventSink<'a> {
 impl<'a> EventSink<'a> {
     /// Start a poll: clears the arena (ending the previous poll's text pointers).
     pub(crate) fn new(
-        out: &'a mut [nerva_event],
+        out: &'a mut [MaybeUninit<nerva_event>],
         arena: &'a mut Vec<u8>,
         text_spans: &'a mut Vec<(usize, usize)>,
         overflow: &'a mut VecDeque<Event>,
@@ -352,7 +355,7 @@ impl<'a> EventSink<'a> {
 
     fn put(&mut self, ev: nerva_event) {
         debug_assert!(!self.is_full(), "callers check for room first");
-        self.out[self.filled] = ev;
+        self.out[self.filled].write(ev);
         self.filled += 1;
     }
 
@@ -361,10 +364,14 @@ impl<'a> EventSink<'a> {
     pub(crate) fn finish(self) -> usize {
         let base = self.arena.as_ptr();
         for &(index, offset) in self.text_spans.iter() {
+            debug_assert!(index < self.filled);
             // Offsets were taken from `arena.len()` before the bytes were appended, so
-            // `offset..offset + text_len + 1` lies inside the arena; wrapping_add keeps this
-            // free of unsafe.
-            self.out[index].text = base.wrapping_add(offset).cast::<c_char>();
+            // `offset..offset + text_len + 1` lies inside the arena; wrapping_add keeps the
+            // pointer arithmetic free of unsafe.
+            let text = base.wrapping_add(offset).cast::<c_char>();
+            // SAFETY: `index` < `filled` (spans are recorded by `put_with_text` for the entry it
+            // is about to write), and every entry below `filled` was written by `put`.
+            unsafe { self.out[index].assume_init_mut() }.text = text;
         }
         self.filled
     }
@@ -440,8 +447,16 @@ mod tests {
     use super::*;
     use crate::Tag;
 
-    fn blank() -> nerva_event {
-        nerva_event::empty(0, nerva_event_kind::NERVA_EVENT_SHUTDOWN, 0)
+    fn slots<const N: usize>() -> [MaybeUninit<nerva_event>; N] {
+        [const { MaybeUninit::uninit() }; N]
+    }
+
+    fn read(slots: &[MaybeUninit<nerva_event>], n: usize) -> Vec<nerva_event> {
+        // SAFETY: the sink reported `n` entries written.
+        slots[..n]
+            .iter()
+            .map(|s| unsafe { s.assume_init() })
+            .collect()
     }
 
     #[test]
@@ -449,8 +464,8 @@ mod tests {
         let ids: Vec<u32> = (0..40).collect();
         let logprobs: Vec<f32> = (0..40).map(|i| -(i as f32)).collect();
         let (mut arena, mut spans, mut overflow) = (Vec::new(), Vec::new(), VecDeque::new());
-        let mut out = [blank(); 2];
-        let mut sink = EventSink::new(&mut out, &mut arena, &mut spans, &mut overflow);
+        let mut slots2 = slots::<2>();
+        let mut sink = EventSink::new(&mut slots2, &mut arena, &mut spans, &mut overflow);
         sink.push(EventRef::Tokens {
             tag: Tag(7),
             sample: 1,
@@ -463,6 +478,7 @@ mod tests {
             text: "héllo",
         });
         assert_eq!(sink.finish(), 2);
+        let out = read(&slots2, 2);
         assert_eq!(out[0].n_tokens, 16);
         assert_eq!(out[1].tokens[0], 16);
         assert_eq!(out[1].logprobs[0], -16.0);
@@ -472,8 +488,8 @@ mod tests {
             "the last 8 ids and the text wait, in order"
         );
 
-        let mut out = [blank(); 4];
-        let mut sink = EventSink::new(&mut out, &mut arena, &mut spans, &mut overflow);
+        let mut slots4 = slots::<4>();
+        let mut sink = EventSink::new(&mut slots4, &mut arena, &mut spans, &mut overflow);
         sink.drain_overflow();
         sink.push(EventRef::Done {
             tag: Tag(7),
@@ -482,6 +498,7 @@ mod tests {
             timings: Timings::default(),
         });
         assert_eq!(sink.finish(), 3);
+        let out = read(&slots4, 3);
         assert!(overflow.is_empty());
         assert_eq!(out[0].n_tokens, 8);
         assert_eq!(out[0].tokens[7], 39);

@@ -23,7 +23,7 @@ pub fn profile_dir() -> PathBuf {
 }
 
 /// The library cargo built for this test run (`libnerva_client.so` or `.a`). nerva-client is
-/// a dev-dependency of this crate, so cargo builds every crate type it declares (rlib, cdylib,
+/// a dependency of this crate, so cargo builds every crate type it declares (rlib, cdylib,
 /// staticlib) and places them in `target/<profile>/`.
 pub fn built_library(file_name: &str) -> PathBuf {
     let path = profile_dir().join(file_name);

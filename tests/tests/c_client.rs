@@ -259,10 +259,8 @@ fn every_entry_point_behaves_as_documented_against_a_live_daemon() {
 
     // Nothing in flight: a short wait times out.
     // SAFETY: live handle.
-    assert_eq!(
-        unsafe { nerva_client_wait(client.0, 10) },
-        nerva_status::NERVA_E_TIMEOUT.code()
-    );
+    let rc = unsafe { nerva_client_wait(client.0, 10) };
+    assert_eq!(rc, nerva_status::NERVA_E_TIMEOUT.code());
 
     // Refused locally, nothing sent.
     let mut bad = nerva_generate_default_params();
@@ -358,7 +356,11 @@ fn every_entry_point_behaves_as_documented_against_a_live_daemon() {
     assert_eq!(rc, OK, "submit_chat: {}", strerror(rc));
     let chat = client.collect(&[chat_tag], 2, 8);
     let errors = of_kind(&chat, chat_tag, nerva_event_kind::NERVA_EVENT_ERROR);
-    assert!(errors.is_empty(), "chat failed: status {}", errors[0].status);
+    assert!(
+        errors.is_empty(),
+        "chat failed: status {}",
+        errors[0].status
+    );
     let mut samples: Vec<u32> = of_kind(&chat, chat_tag, nerva_event_kind::NERVA_EVENT_DONE)
         .iter()
         .map(|e| e.sample)
@@ -389,7 +391,11 @@ fn every_entry_point_behaves_as_documented_against_a_live_daemon() {
         let cancelled = client.collect(&[long_tag], 1, 16);
         let done = of_kind(&cancelled, long_tag, nerva_event_kind::NERVA_EVENT_DONE);
         let errors = of_kind(&cancelled, long_tag, nerva_event_kind::NERVA_EVENT_ERROR);
-        assert!(errors.is_empty(), "request failed: status {}", errors[0].status);
+        assert!(
+            errors.is_empty(),
+            "request failed: status {}",
+            errors[0].status
+        );
         assert_eq!(done[0].finish, nerva_finish_reason::NERVA_FINISH_CANCELLED);
     }
     // SAFETY: live handle.

@@ -138,7 +138,7 @@ pub unsafe extern "C" fn nerva_client_close(client: *mut nerva_client) {
 ///
 /// # Safety
 /// `params` is NULL or a readable `nerva_generate_params` whose lists satisfy
-/// [`nerva_generate_params::to_rust`]; `tag_out` is NULL or writable.
+/// [`nerva_generate_params::into_rust`]; `tag_out` is NULL or writable.
 unsafe fn submit(
     client: *mut nerva_client,
     params: *const nerva_generate_params,
@@ -152,7 +152,7 @@ unsafe fn submit(
             GenerateParams::default()
         } else {
             // SAFETY: non-NULL `params` is readable and its lists valid (caller's obligation).
-            unsafe { arg_ref(params)?.to_rust() }?
+            unsafe { arg_ref(params)?.into_rust() }?
         };
         let prompt = prompt()?;
         let tag = state.client.submit_generate(prompt.as_prompt(), &params)?;

@@ -130,7 +130,7 @@ impl nerva_generate_params {
     /// `stop_strings` must point to `n_stop_strings` readable pointers, each NULL or a
     /// NUL-terminated string, and `stop_token_ids` to `n_stop_token_ids` readable ids (either
     /// may be NULL when its count is 0), all unchanged during the call.
-    pub(crate) unsafe fn to_rust(&self) -> Result<GenerateParams, nerva_status> {
+    pub(crate) unsafe fn into_rust(self) -> Result<GenerateParams, nerva_status> {
         let invalid = nerva_status::NERVA_E_INVALID_ARGUMENT;
         // SAFETY: the caller's obligation covers the (stop_strings, n_stop_strings) pair.
         let stop_ptrs = unsafe { arg_slice(self.stop_strings, self.n_stop_strings) }?;
@@ -178,7 +178,7 @@ mod tests {
     fn defaults_round_trip_through_the_c_struct() {
         let c = nerva_generate_default_params();
         // SAFETY: the default holds NULL lists with zero counts.
-        let back = unsafe { c.to_rust() }.expect("defaults are valid");
+        let back = unsafe { c.into_rust() }.expect("defaults are valid");
         assert_eq!(back, GenerateParams::default());
     }
 
@@ -188,7 +188,7 @@ mod tests {
             let mut p = nerva_generate_default_params();
             edit(&mut p);
             // SAFETY: every list pointer below is NULL or points to live, terminated data.
-            unsafe { p.to_rust() }.err()
+            unsafe { p.into_rust() }.err()
         };
         let invalid = Some(nerva_status::NERVA_E_INVALID_ARGUMENT);
         assert_eq!(bad(&|p| p.max_tokens = 0), invalid);
@@ -235,7 +235,7 @@ mod tests {
         p.stop_token_ids = ids.as_ptr();
         p.n_stop_token_ids = ids.len();
         // SAFETY: both lists point to live arrays of the stated lengths.
-        let rust = unsafe { p.to_rust() }.expect("valid");
+        let rust = unsafe { p.into_rust() }.expect("valid");
         assert_eq!(rust.stop_strings, ["\n\n", "END"]);
         assert_eq!(rust.stop_token_ids, [7, 9]);
     }

@@ -398,10 +398,12 @@ impl From<&Error> for nerva_status {
 impl From<Error> for nerva_status {
     fn from(error: Error) -> Self {
         // Keep errno for C callers of an operating-system failure, as the header promises.
-        if let Error::Io(io) = &error {
-            if let Some(errno) = io.raw_os_error() {
-                set_errno(errno);
-            }
+        let errno = match &error {
+            Error::Io(io) => io.raw_os_error(),
+            _ => None,
+        };
+        if let Some(errno) = errno {
+            set_errno(errno);
         }
         Self::from(&error)
     }

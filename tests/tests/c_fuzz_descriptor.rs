@@ -174,6 +174,8 @@ fn descriptor_harness_survives_100k_hostile_inputs_and_reaches_every_stage() {
     let mut range_refusals = HashSet::new();
     let (mut control, mut decoded, mut undecoded) = (0usize, 0usize, 0usize);
     let (mut ext_ok, mut ext_bad) = (0usize, 0usize);
+    let mut intake_ok = 0usize;
+    let mut intake_refusals = HashSet::new();
     for i in 0..INPUTS {
         let data = if i % 4 == 0 {
             let len = rng.random_range(0..DESCRIPTOR_BYTES + 256);
@@ -198,8 +200,15 @@ fn descriptor_harness_survives_100k_hostile_inputs_and_reaches_every_stage() {
             Outcome::Generate {
                 prompt_decoded,
                 extension,
+                intake,
                 ..
             } => {
+                match intake {
+                    Ok(()) => intake_ok += 1,
+                    Err(status) => {
+                        intake_refusals.insert(status);
+                    }
+                }
                 if prompt_decoded {
                     decoded += 1
                 } else {
@@ -253,6 +262,20 @@ fn descriptor_harness_survives_100k_hostile_inputs_and_reaches_every_stage() {
         decoded > 1000 && undecoded > 0,
         "prompts decoded {decoded}, refused {undecoded}"
     );
+    assert!(
+        intake_ok > 1000,
+        "only {intake_ok} requests reached the engine side"
+    );
+    for status in [
+        StatusCode::InvalidUtf8,
+        StatusCode::BadChatMessages,
+        StatusCode::BadExtension,
+    ] {
+        assert!(
+            intake_refusals.contains(&status),
+            "intake never refused with {status:?}"
+        );
+    }
     assert!(
         ext_ok > 1000 && ext_bad > 100,
         "extensions parsed {ext_ok}, refused {ext_bad}"

@@ -1,14 +1,20 @@
 //! The harness behind the `descriptor` fuzz target: feed one 64-byte descriptor and the bytes of
 //! an input region through the checks the daemon runs on client-written memory, in the daemon's
 //! order (copy once, validate the copy, check ranges against the region sizes, copy the ranges
-//! out, decode them), and assert the properties the daemon relies on. A finding is a panic.
+//! out, decode them with the daemon's own `server::intake::decode_generate`), and assert the
+//! properties the daemon relies on. A finding is a panic.
 //!
 //! The same function runs on stable in CI for a fixed set of generated inputs
-//! (`tests/tests/c_fuzz_descriptor.rs`), so this file uses nothing but `nerva_rings` and `std`.
+//! (`tests/tests/c_fuzz_descriptor.rs` includes this file), so it uses nothing but
+//! `nerva_rings`, `nervad` and `std`.
+
+use std::time::Instant;
 
 use nerva_rings::{
     Descriptor, DescriptorError, Extension, ExtensionView, PromptKind, Request, StatusCode,
 };
+use nervad::engine::api::{ClientId, Prompt};
+use nervad::server::intake::decode_generate;
 
 /// Bytes of the output region the harness pretends the segment has (admin replies point into
 /// it; nothing is read from it, only ranges are checked).
@@ -36,6 +42,8 @@ pub enum Outcome {
         prompt_decoded: bool,
         /// `None` without an extension block; else whether it parsed.
         extension: Option<bool>,
+        /// The daemon's intake: `Ok` (an engine request) or the status of its refusal.
+        intake: Result<(), StatusCode>,
     },
 }
 
@@ -78,16 +86,82 @@ pub fn check_descriptor(data: &[u8]) -> Outcome {
             ids.count() == prompt.len() / 4
         }
     };
-    let extension = generate.extension.map(|range| {
-        let block = input
+    let block = match generate.extension {
+        Some(range) => input
             .get(range.as_usize_range())
-            .expect("an extension range that passed check_regions lies inside the input region");
-        check_extension(block)
-    });
+            .expect("an extension range that passed check_regions lies inside the input region"),
+        None => &[],
+    };
+    let extension = generate.extension.map(|_| check_extension(block));
+    let intake = check_intake(&generate, prompt, block, prompt_decoded, extension);
     Outcome::Generate {
         kind: generate.prompt_kind,
         prompt_decoded,
         extension,
+        intake,
+    }
+}
+
+/// The daemon's decoding of the copied bytes into an engine request: it must agree with the
+/// descriptor and with the wire-level checks above, and refuse only with the statuses that
+/// belong to this stage.
+fn check_intake(
+    wire: &nerva_rings::GenerateRequest,
+    prompt: &[u8],
+    block: &[u8],
+    prompt_decoded: bool,
+    extension: Option<bool>,
+) -> Result<(), StatusCode> {
+    let client = ClientId {
+        slot: 3,
+        generation: 1,
+    };
+    match decode_generate(client, wire, prompt, block, Instant::now()) {
+        Ok((request, flags)) => {
+            assert!(
+                prompt_decoded,
+                "intake accepted a prompt that does not decode"
+            );
+            assert_ne!(
+                extension,
+                Some(false),
+                "intake accepted a malformed extension"
+            );
+            assert_eq!(request.key.client, client);
+            assert_eq!(request.key.tag, wire.tag);
+            assert_eq!(request.max_tokens, wire.max_tokens);
+            assert_eq!(request.n_samples, wire.n_samples);
+            assert_eq!(flags, wire.flags);
+            match (&request.prompt, wire.prompt_kind) {
+                (Prompt::Text(text), PromptKind::Text)
+                | (Prompt::Chat(text), PromptKind::ChatJson) => {
+                    assert_eq!(text.as_bytes(), prompt)
+                }
+                (Prompt::Tokens(ids), PromptKind::TokenIds) => {
+                    assert_eq!(ids.len() * 4, prompt.len())
+                }
+                (decoded, kind) => panic!("{kind:?} prompt decoded as {decoded:?}"),
+            }
+            Ok(())
+        }
+        Err(rejection) => {
+            assert!(
+                matches!(
+                    rejection.status,
+                    StatusCode::EmptyPrompt
+                        | StatusCode::InvalidUtf8
+                        | StatusCode::MisalignedTokenIds
+                        | StatusCode::BadChatMessages
+                        | StatusCode::BadExtension
+                ),
+                "intake refused with a status of another stage: {rejection:?}"
+            );
+            if rejection.status == StatusCode::BadExtension {
+                assert_eq!(extension, Some(false), "a parsable extension was refused");
+            }
+            assert!(!rejection.detail.is_empty());
+            Err(rejection.status)
+        }
     }
 }
 

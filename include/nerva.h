@@ -189,7 +189,7 @@ typedef uint32_t nerva_finish_reason;
  * |-----:|-----------------------------|-----------------------------------------------------|------------------------------------------------------|
  * |    0 | NERVA_OK                    | success                                             | -                                                    |
  * |   -1 | NERVA_E_INVALID_ARGUMENT    | NULL pointer, bad length, parameter out of range, text not UTF-8 | nothing sent, nothing changed           |
- * |   -2 | NERVA_E_NO_DAEMON           | not connected: no daemon listens at the socket path | connect: `*out` is NULL; start nervad or fix the path |
+ * |   -2 | NERVA_E_NO_DAEMON           | not connected: no daemon listens at the socket path (`errno` says why) | connect: `*out` is NULL; start nervad or fix the path |
  * |   -3 | NERVA_E_PERMISSION_DENIED   | the daemon's access policy refused this process     | connect: `*out` is NULL                              |
  * |   -4 | NERVA_E_VERSION_MISMATCH    | library and daemon speak different wire versions    | connect: `*out` is NULL; upgrade one side            |
  * |   -5 | NERVA_E_TOO_MANY_CLIENTS    | the daemon serves its maximum number of clients     | connect: `*out` is NULL; retry later                 |

@@ -15,6 +15,7 @@ use nerva_client::ffi::params::nerva_generate_params;
 use nerva_client::ffi::status::nerva_status;
 
 const PROBE: &str = r#"
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,8 +77,10 @@ int main(void) {
     rc = nerva_client_connect("", &client);
     printf("connect_empty_path %d %d\n", rc, client == NULL);
     client = (nerva_client *)&client;
+    errno = 0;
     rc = nerva_client_connect("/nonexistent-nerva-dir/nervad.sock", &client);
-    printf("connect_no_daemon %d %d\n", rc, client == NULL);
+    int connect_errno = errno;
+    printf("connect_no_daemon %d %d %d\n", rc, client == NULL, connect_errno == ENOENT);
     size_t n = 7;
     nerva_event events[2];
     rc = nerva_client_poll(NULL, events, 2, &n);
@@ -226,8 +229,8 @@ fn c_sees_the_rust_layout_and_the_documented_misuse_codes() {
     );
     assert_eq!(
         c["connect_no_daemon"],
-        format!("{no_daemon} 1"),
-        "*out must be NULL"
+        format!("{no_daemon} 1 1"),
+        "*out must be NULL and errno ENOENT"
     );
     assert_eq!(
         c["poll_null_client"],

@@ -344,7 +344,14 @@ pub unsafe extern "C" fn nerva_client_poll(
         } = state;
         let mut sink = EventSink::new(out, text_arena, text_spans, overflow);
         sink.drain_overflow();
-        let received = client.poll_with(|event| sink.push(event));
+        // Read the ring only when the caller has room: a caller that polls slowly leaves
+        // completions in the ring, where a full ring pauses its streams in the daemon
+        // (backpressure), instead of growing the overflow queue here without bound.
+        let received = if sink.is_full() {
+            Ok(0)
+        } else {
+            client.poll_with(|event| sink.push(event))
+        };
         *n_out = sink.finish();
         // Events delivered before a failure are still handed out; the failure is reported by
         // the first poll that has nothing left to deliver.

@@ -16,7 +16,7 @@ use crate::{Error, ErrorCode};
 /// |-----:|-----------------------------|-----------------------------------------------------|------------------------------------------------------|
 /// |    0 | NERVA_OK                    | success                                             | -                                                    |
 /// |   -1 | NERVA_E_INVALID_ARGUMENT    | NULL pointer, bad length, parameter out of range, text not UTF-8 | nothing sent, nothing changed           |
-/// |   -2 | NERVA_E_NO_DAEMON           | not connected: no daemon listens at the socket path | connect: `*out` is NULL; start nervad or fix the path |
+/// |   -2 | NERVA_E_NO_DAEMON           | not connected: no daemon listens at the socket path (`errno` says why) | connect: `*out` is NULL; start nervad or fix the path |
 /// |   -3 | NERVA_E_PERMISSION_DENIED   | the daemon's access policy refused this process     | connect: `*out` is NULL                              |
 /// |   -4 | NERVA_E_VERSION_MISMATCH    | library and daemon speak different wire versions    | connect: `*out` is NULL; upgrade one side            |
 /// |   -5 | NERVA_E_TOO_MANY_CLIENTS    | the daemon serves its maximum number of clients     | connect: `*out` is NULL; retry later                 |
@@ -397,9 +397,10 @@ impl From<&Error> for nerva_status {
 
 impl From<Error> for nerva_status {
     fn from(error: Error) -> Self {
-        // Keep errno for C callers of an operating-system failure, as the header promises.
+        // Keep errno for C callers of an operating-system failure, as the header promises
+        // (and for a failed connect: ENOENT vs ECONNREFUSED tells a typo from a dead daemon).
         let errno = match &error {
-            Error::Io(io) => io.raw_os_error(),
+            Error::Io(io) | Error::NoDaemon { source: io, .. } => io.raw_os_error(),
             _ => None,
         };
         if let Some(errno) = errno {

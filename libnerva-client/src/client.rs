@@ -58,6 +58,15 @@ struct InFlight {
 ///
 /// Dropping the client (or [`Client::close`]) closes the socket; the daemon cancels whatever
 /// was still in flight and reclaims the segment.
+///
+/// ```
+/// fn is_send<T: Send>() {}
+/// is_send::<nerva_client::Client>();
+/// ```
+/// ```compile_fail
+/// fn is_sync<T: Sync>() {}
+/// is_sync::<nerva_client::Client>(); // one thread at a time: not Sync
+/// ```
 pub struct Client {
     end: ClientEnd,
     sq_bell: Notifier,
@@ -599,10 +608,13 @@ impl Client {
         }
         state.next_seq = state.next_seq.wrapping_add(1);
         // Text is reassembled from raw bytes so a split code point is joined, not refused.
-        if c.kind() == Some(EventKind::Text) {
-            let raw = c.to_bytes();
-            let n = usize::from(c.count()).min(nerva_rings::INLINE_TEXT_BYTES);
-            let text = self.text.push(raw_tag, sample, &raw[16..16 + n]);
+        if let Some(bytes) = c.text_bytes() {
+            if bytes.is_empty() {
+                return Err(Error::Protocol(format!(
+                    "empty TEXT completion for tag {raw_tag}"
+                )));
+            }
+            let text = self.text.push(raw_tag, sample, bytes);
             if text.is_empty() {
                 return Ok(0);
             }

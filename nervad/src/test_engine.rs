@@ -431,12 +431,13 @@ mod tests {
         let b = run(&mut e);
         assert_eq!(a.text, b.text);
         assert_eq!(a.done, vec![(0, FinishReason::Length, 40)]);
-        // Cut at the second word: the stop string spans the word boundary.
-        let second = a.text.split(' ').nth(2).expect("word");
+        // A stop string spanning a word boundary: last char of word 1, space, first of word 2.
+        let w1 = a.text.split(' ').nth(1).expect("word");
+        let w2 = a.text.split(' ').nth(2).expect("word");
         let stop_at = format!(
             "{} {}",
-            &a.text.split(' ').nth(1).expect("w")[1..],
-            &second[..1]
+            w1.chars().last().expect("char"),
+            w2.chars().next().expect("char")
         );
         let with_stop = StopConditions {
             stop_strings: vec![stop_at.clone()],

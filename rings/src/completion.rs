@@ -535,6 +535,17 @@ impl Completion {
         self.count
     }
 
+    /// The raw inline bytes of a `TEXT` completion (`count` clamped to
+    /// [`INLINE_TEXT_BYTES`]), without UTF-8 validation; `None` for other kinds. For clients
+    /// that reassemble text defensively instead of trusting piece boundaries.
+    pub fn text_bytes(&self) -> Option<&[u8]> {
+        if self.kind() != Some(EventKind::Text) {
+            return None;
+        }
+        let n = usize::from(self.count).min(INLINE_TEXT_BYTES);
+        Some(&self.payload[..n])
+    }
+
     /// Whether this completion ends its request or sample stream (`DONE`, `ERROR`,
     /// `NOP_REPLY`, `ADMIN_REPLY`, `SHUTDOWN`).
     pub fn is_terminal(&self) -> bool {
@@ -698,6 +709,7 @@ mod tests {
                 panic!("not text")
             };
             assert_eq!(t.as_str(), *piece);
+            assert_eq!(c.text_bytes(), Some(piece.as_bytes()));
         }
         assert_eq!(split_text("").count(), 0);
         assert!(Completion::text(1, 0, 0, "").is_err());

@@ -555,7 +555,8 @@ impl DescriptorError {
             Self::BadMinP(_) => StatusCode::BadMinP,
             Self::BadRepetitionPenalty(_) => StatusCode::BadRepetitionPenalty,
             Self::BadSampleCount(_) => StatusCode::BadSampleCount,
-            Self::EmptyExtension | Self::ExtensionOutOfRange(_) => StatusCode::ExtensionOutOfRange,
+            Self::EmptyExtension => StatusCode::BadExtension,
+            Self::ExtensionOutOfRange(_) => StatusCode::ExtensionOutOfRange,
             Self::BadAdminQuery(_) => StatusCode::BadAdminQuery,
             Self::ReplyOutOfRange(_) => StatusCode::ReplyOutOfRange,
         }

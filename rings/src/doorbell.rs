@@ -442,10 +442,18 @@ impl Waiter {
         }
     }
 
-    /// Awake again: clear the flag and reset the eventfd counter.
+    /// Awake again: clear the flag and reset the eventfd counter (one `read`).
     pub fn finish_sleep(&self) -> std::io::Result<()> {
         self.flag.finish_sleep();
         self.eventfd.drain().map(|_| ())
+    }
+
+    /// Awake again without reading the eventfd: for an epoll loop over many rings, call this
+    /// for the rings whose eventfd epoll did *not* report, and [`Waiter::finish_sleep`] for the
+    /// ones it did, so a wake costs one `read` per ringing peer, not one per peer. A count
+    /// that arrives in between only causes one spurious wake later.
+    pub fn disarm(&self) {
+        self.flag.finish_sleep();
     }
 
     /// The eventfd (for epoll).

@@ -8,6 +8,10 @@
 //!        4096-aligned output region (daemon writes admin replies)
 //!        total rounded up to 4096
 //! ```
+//! Padded lines use `crossbeam_utils::CachePadded` (128 bytes on x86-64 and aarch64), so the
+//! header size depends on the architecture; `header_bytes` makes a mismatch a clean error
+//! rather than a misread (both ends of a segment run on the same host anyway).
+//!
 //! The creator (daemon) computes a [`SegmentLayout`] and writes the header; the peer (client)
 //! copies the geometry once and checks it with [`SegmentLayout::validate`] before touching
 //! anything else.

@@ -18,6 +18,7 @@
 //!
 //! ```
 //! use nerva_rings::{Completion, Descriptor, SpscRing};
+//! # if nerva_rings::BUILT_FOR_LOOM { return; } // loom atomics only work inside a loom model
 //! let (mut tx, mut rx) = SpscRing::<Descriptor>::with_capacity(64).unwrap();
 //! tx.push(Descriptor::nop(1, 12345)).unwrap();
 //! let d = rx.pop().unwrap().unwrap();
@@ -66,3 +67,8 @@ pub use ring::{
 #[cfg(not(loom))]
 pub use segment::{ClientEnd, DaemonEnd, RegionReader, RegionWriter, Segment, SegmentMapping};
 pub use status::StatusCode;
+
+/// Whether this build uses loom's model-checked atomics (`--cfg loom`). Such a build can only
+/// run ring code inside `loom::model`; its doc examples check this and return early.
+#[doc(hidden)]
+pub const BUILT_FOR_LOOM: bool = cfg!(loom);

@@ -22,6 +22,7 @@
 //! a valid value; the reader validates the private copy.
 
 use core::marker::PhantomData;
+#[cfg(not(loom))]
 use core::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
@@ -402,6 +403,9 @@ fn distance_checked(consumer: u32, producer: u32, capacity: u32) -> Result<u32, 
 }
 
 /// The writing half. `Send`, not `Sync`: one thread at a time.
+///
+/// Entries [`Producer::stage`]d but not [`Producer::commit`]ted when the producer is dropped
+/// are never published.
 pub struct Producer<T: Pod> {
     memory: RingMemory<T>,
     /// Next entry to write (private; ahead of `committed` by the staged entries).

@@ -289,7 +289,9 @@ impl Segment {
 
     /// Take the client's end (once per mapping).
     pub fn client_end(self: &Arc<Self>) -> Result<ClientEnd, SegmentError> {
-        if self.client_taken.swap(true, Ordering::AcqRel) {
+        // Relaxed: only atomicity matters (exactly one caller sees `false`); the flag
+        // publishes no data.
+        if self.client_taken.swap(true, Ordering::Relaxed) {
             return Err(SegmentError::AlreadyTaken("client end"));
         }
         let l = self.layout;
@@ -329,7 +331,8 @@ impl Segment {
 
     /// Take the daemon's end (once per mapping).
     pub fn daemon_end(self: &Arc<Self>) -> Result<DaemonEnd, SegmentError> {
-        if self.daemon_taken.swap(true, Ordering::AcqRel) {
+        // Relaxed: as in `client_end`.
+        if self.daemon_taken.swap(true, Ordering::Relaxed) {
             return Err(SegmentError::AlreadyTaken("daemon end"));
         }
         let l = self.layout;

@@ -19,7 +19,7 @@
 //! | 13 | `BadRepetitionPenalty` | repetition penalty not finite and > 0 |
 //! | 14 | `BadSampleCount` | `n_samples` is 0 or above [`crate::MAX_SAMPLES`] |
 //! | 15 | `ExtensionOutOfRange` | extension (offset, len) outside the input region |
-//! | 16 | `BadExtension` | extension block malformed (version, lengths, values, UTF-8) |
+//! | 16 | `BadExtension` | extension block malformed (version, lengths, values, UTF-8), or `ext_len` 0 with a non-zero `ext_offset` |
 //! | 17 | `BadAdminQuery` | admin query kind not known |
 //! | 18 | `ReplyOutOfRange` | admin reply (offset, capacity) outside the output region |
 //! | 32 | `InvalidUtf8` | text prompt or chat JSON is not UTF-8 |

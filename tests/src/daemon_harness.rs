@@ -195,14 +195,23 @@ pub struct Outcome {
     pub finish: String,
 }
 
-/// Deterministic parameters for comparisons: greedy, fixed length.
+/// Deterministic parameters for comparisons: seeded sampling (same prompt and seed → same
+/// tokens; [`run_prompts`] derives the seed from the prompt), fixed length. Sampling rather
+/// than greedy so that even a random-weight model gives each prompt its own output.
 pub fn test_params(max_tokens: u32) -> GenerateParams {
     GenerateParams {
         max_tokens,
-        temperature: 0.0,
+        temperature: 1.0,
         ignore_eos: true,
         ..GenerateParams::default()
     }
+}
+
+/// The seed [`run_prompts`] uses for `prompt` (djb2 of its bytes).
+pub fn seed_for(prompt: &str) -> u64 {
+    prompt.bytes().fold(5381u64, |h, b| {
+        h.wrapping_mul(33).wrapping_add(u64::from(b))
+    })
 }
 
 /// The prompt client `client` uses for request `request`.
@@ -224,7 +233,11 @@ pub fn run_prompts(
     let mut done = 0;
     while done < prompts.len() {
         while next < prompts.len() && partial.len() < window {
-            match client.submit_generate(Prompt::Text(&prompts[next]), params) {
+            let seeded = GenerateParams {
+                seed: seed_for(&prompts[next]),
+                ..params.clone()
+            };
+            match client.submit_generate(Prompt::Text(&prompts[next]), &seeded) {
                 Ok(tag) => {
                     let empty = Outcome {
                         text: String::new(),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nerva_client::{Client, ConnectOptions, Event, RingSizes};
 use nerva_rings::handshake::Hello;
 use nerva_rings::{ByteRange, Completion, Descriptor, GenerateRequest, PromptKind, StatusCode};
-use nerva_tests::daemon_harness::{Daemon, prompt_for, run_prompts, test_params};
+use nerva_tests::daemon_harness::{Daemon, prompt_for, run_prompts, seed_for, test_params};
 use nerva_tests::daemon_raw::raw_connect;
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_nervad-under-test");
@@ -155,8 +155,14 @@ fn full_completion_ring_pauses_that_client_without_loss_while_others_continue() 
     let mut tags = Vec::new();
     for p in &prompts {
         tags.push(
-            slow.submit_generate(nerva_client::Prompt::Text(p), &test_params(64))
-                .expect("submit"),
+            slow.submit_generate(
+                nerva_client::Prompt::Text(p),
+                &nerva_client::GenerateParams {
+                    seed: seed_for(p),
+                    ..test_params(64)
+                },
+            )
+            .expect("submit"),
         );
     }
     // Meanwhile another client is served normally.
@@ -221,7 +227,7 @@ fn nop_flood_allocates_nothing_and_makes_no_per_descriptor_syscall() {
         s["ledger"].clone()
     };
     let n: u64 = if cfg!(debug_assertions) {
-        20_000
+        10_000
     } else {
         200_000
     };

@@ -1,1 +1,287 @@
 //! Backends: one batched step over a paged KV pool, sampling included.
+//!
+//! The contract is shaped for a GPU as much as for the CPU:
+//! - every size a step can reach (sequences per step, tokens per step, KV pages, sampling slots)
+//!   is fixed at construction, so a device backend can allocate once and capture graphs;
+//! - the KV pool lives inside the backend (device memory for a GPU); the engine only hands out
+//!   page ids through per-sequence block tables;
+//! - sampling happens inside the backend, per sequence slot, with the slot's parameters, random
+//!   stream and penalty state kept there too, so a GPU backend can sample on the device and
+//!   return only token ids.
+
+pub mod cpu;
+pub mod sampling;
+
+use crate::engine::api::SamplingParams;
+use crate::model::ModelConfig;
+
+/// Most top-n alternatives a sampled token can carry (the API caps `top_logprobs` at 20).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Sizes fixed when a backend is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendLimits {
+    /// Most sequences in one step (also the number of sampling slots).
+    pub max_seqs: usize,
+    /// Most new tokens over all sequences of one step.
+    pub max_step_tokens: usize,
+    /// Tokens per KV page.
+    pub page_tokens: usize,
+    /// KV pages in the pool.
+    pub num_pages: usize,
+    /// Longest sequence (prompt + output) a slot can hold; also bounds block tables.
+    pub max_context: usize,
+}
+
+impl BackendLimits {
+    /// Pages one sequence of `max_context` tokens needs.
+    pub fn max_pages_per_seq(&self) -> usize {
+        self.max_context.div_ceil(self.page_tokens)
+    }
+}
+
+/// What a backend is asked to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// Most sequences per step.
+    pub max_seqs: usize,
+    /// Most new tokens per step.
+    pub max_step_tokens: usize,
+    /// Tokens per KV page.
+    pub page_tokens: usize,
+    /// Bytes the KV pool may take; the backend turns this into a page count with its own
+    /// element size (f32 on the CPU).
+    pub kv_budget_bytes: usize,
+    /// Longest sequence served.
+    pub max_context: usize,
+    /// Worker threads (CPU); 0 means all available cores.
+    pub threads: usize,
+}
+
+/// Errors a backend reports. A step that fails leaves the KV pool's pages of the failing
+/// sequences in an unspecified state; the engine fails those requests.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The step or a sequence does not fit the limits fixed at construction.
+    #[error("step exceeds backend limits: {0}")]
+    Limits(String),
+    /// A token id, position, page id or slot is out of range.
+    #[error("invalid step input: {0}")]
+    InvalidInput(String),
+    /// The model shape or weights are unusable by this backend.
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    /// The KV budget does not hold a single full-context sequence.
+    #[error("KV budget of {budget} bytes is below one page set ({need} bytes)")]
+    KvBudget {
+        /// Bytes given.
+        budget: usize,
+        /// Bytes needed at least.
+        need: usize,
+    },
+    /// Device failure.
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+/// One sequence's part of a step: new tokens appended at `start_pos`.
+#[derive(Debug, Clone, Copy)]
+pub struct SeqStep<'a> {
+    /// Sampling slot of the sequence (`0..max_seqs`), set up with [`Backend::start_sequence`].
+    pub slot: u32,
+    /// New tokens: a prefill chunk or the one token decoded last step.
+    pub tokens: &'a [u32],
+    /// Position of `tokens[0]`; the KV pool already holds positions `0..start_pos`.
+    pub start_pos: u32,
+    /// Pages of the sequence in position order; covers `0..start_pos + tokens.len()`.
+    pub block_table: &'a [u32],
+    /// Sample a token after the last new token (false for all but the last prefill chunk).
+    pub sample: bool,
+    /// Also return the logits of every new position (dump and parity tools).
+    pub want_logits: bool,
+}
+
+/// The token a slot sampled, with its log-probability and optional alternatives.
+///
+/// Log-probabilities are `log_softmax` of the distribution after penalties and temperature
+/// (temperature 1 when greedy) and before top-k/top-p/min-p truncation, so they are finite for
+/// every token and comparable across sampling settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampledToken {
+    /// The chosen token.
+    pub token: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// How many entries of `top_ids` / `top_logprobs` are valid.
+    pub top_n: u8,
+    /// Most likely tokens, best first.
+    pub top_ids: [u32; MAX_TOP_LOGPROBS],
+    /// Their log-probabilities.
+    pub top_logprobs: [f32; MAX_TOP_LOGPROBS],
+}
+
+impl Default for SampledToken {
+    fn default() -> Self {
+        SampledToken {
+            token: 0,
+            logprob: 0.0,
+            top_n: 0,
+            top_ids: [0; MAX_TOP_LOGPROBS],
+            top_logprobs: [0.0; MAX_TOP_LOGPROBS],
+        }
+    }
+}
+
+impl SampledToken {
+    /// The valid top-n ids.
+    pub fn top_ids(&self) -> &[u32] {
+        &self.top_ids[..usize::from(self.top_n)]
+    }
+
+    /// The valid top-n log-probabilities.
+    pub fn top_logprobs(&self) -> &[f32] {
+        &self.top_logprobs[..usize::from(self.top_n)]
+    }
+}
+
+/// Results of one step, owned by the caller and reused across steps.
+#[derive(Debug, Default)]
+pub struct StepOutput {
+    /// One entry per sequence of the step, in batch order; `None` where `sample` was false.
+    pub samples: Vec<Option<SampledToken>>,
+    /// When any sequence asked `want_logits`: `[positions, vocab]` row-major, the requesting
+    /// sequences' new positions in batch order.
+    pub logits: Vec<f32>,
+}
+
+impl StepOutput {
+    /// Pre-size for `max_seqs` sequences so steps without logits never allocate.
+    pub fn with_capacity(max_seqs: usize) -> Self {
+        StepOutput {
+            samples: Vec::with_capacity(max_seqs),
+            logits: Vec::new(),
+        }
+    }
+}
+
+/// Facts about a backend for status displays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendInfo {
+    /// `cpu`, `cuda`, ...
+    pub name: String,
+    /// Device description.
+    pub device: String,
+}
+
+/// A compute backend: one batched forward step over a paged KV pool, plus sampling.
+pub trait Backend: Send {
+    /// Name and device.
+    fn info(&self) -> BackendInfo;
+
+    /// Sizes fixed at construction.
+    fn limits(&self) -> BackendLimits;
+
+    /// Reset sampling slot `slot` for a new sequence: its parameters, its random stream (seeded
+    /// with `seed`) and its penalty state (the prompt counts for the repetition penalty).
+    fn start_sequence(
+        &mut self,
+        slot: u32,
+        params: &SamplingParams,
+        seed: u64,
+        prompt: &[u32],
+    ) -> Result<(), BackendError>;
+
+    /// Make `dst` a copy of `src`'s penalty state (prompt and output so far) with `params` and a
+    /// fresh random stream seeded with `seed` (samples forked from one prompt).
+    fn fork_sequence(
+        &mut self,
+        src: u32,
+        dst: u32,
+        params: &SamplingParams,
+        seed: u64,
+    ) -> Result<(), BackendError>;
+
+    /// Copy the contents of KV page `src` into page `dst` (copy-on-write of a shared tail page).
+    fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), BackendError>;
+
+    /// Run one forward step over `batch` and sample where asked. Sampled tokens also enter their
+    /// slot's penalty state.
+    fn step(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError>;
+}
+
+/// Bytes of KV cache one token takes over all layers with `elem_bytes` per value.
+pub fn kv_bytes_per_token(config: &ModelConfig, elem_bytes: usize) -> usize {
+    config.num_hidden_layers * 2 * config.kv_dim() * elem_bytes
+}
+
+/// Check a step against the limits every backend shares (ranges of slots, tokens, positions,
+/// pages). Backends call this first so a bad step fails before any KV page is written.
+pub fn validate_step(
+    limits: &BackendLimits,
+    vocab_size: usize,
+    batch: &[SeqStep<'_>],
+) -> Result<usize, BackendError> {
+    if batch.len() > limits.max_seqs {
+        return Err(BackendError::Limits(format!(
+            "{} sequences > max {}",
+            batch.len(),
+            limits.max_seqs
+        )));
+    }
+    let mut total = 0usize;
+    for (i, seq) in batch.iter().enumerate() {
+        if seq.slot as usize >= limits.max_seqs {
+            return Err(BackendError::InvalidInput(format!(
+                "slot {} out of range",
+                seq.slot
+            )));
+        }
+        if batch[..i].iter().any(|other| other.slot == seq.slot) {
+            return Err(BackendError::InvalidInput(format!(
+                "slot {} twice in one step",
+                seq.slot
+            )));
+        }
+        if seq.tokens.is_empty() {
+            return Err(BackendError::InvalidInput(format!(
+                "sequence {i} has no tokens"
+            )));
+        }
+        if let Some(&bad) = seq.tokens.iter().find(|&&t| t as usize >= vocab_size) {
+            return Err(BackendError::InvalidInput(format!(
+                "token {bad} outside vocabulary"
+            )));
+        }
+        let end = seq.start_pos as usize + seq.tokens.len();
+        if end > limits.max_context {
+            return Err(BackendError::Limits(format!(
+                "sequence reaches position {end} > max context {}",
+                limits.max_context
+            )));
+        }
+        if seq.block_table.len() * limits.page_tokens < end {
+            return Err(BackendError::InvalidInput(format!(
+                "block table of {} pages does not cover {end} positions",
+                seq.block_table.len()
+            )));
+        }
+        if let Some(&bad) = seq
+            .block_table
+            .iter()
+            .find(|&&p| p as usize >= limits.num_pages)
+        {
+            return Err(BackendError::InvalidInput(format!(
+                "page {bad} out of range"
+            )));
+        }
+        total += seq.tokens.len();
+    }
+    if total > limits.max_step_tokens {
+        return Err(BackendError::Limits(format!(
+            "{total} tokens > max {} per step",
+            limits.max_step_tokens
+        )));
+    }
+    Ok(total)
+}

@@ -3,8 +3,16 @@
 //! `api` is the boundary the server drives; everything else here is behind it.
 
 pub mod api;
+pub mod core;
+pub mod detok;
+pub mod dump;
+pub mod kv_pool;
+pub mod model;
 
 pub use api::{
     ClientId, EngineEvent, EngineInfo, EventSink, FinishReason, GenerateRequest, InferenceEngine,
     Prompt, RequestError, RequestKey, RequestTimings, SamplingParams, StopConditions,
 };
+pub use core::{Engine, EngineOptions};
+pub use detok::TokenTable;
+pub use model::{EngineModel, PromptEncoder};

@@ -94,7 +94,7 @@ impl Tensor {
             });
         }
         let addr = storage.bytes().as_ptr() as usize + offset;
-        if addr % dtype.size() != 0 {
+        if !addr.is_multiple_of(dtype.size()) {
             return Err(TensorError::Misaligned {
                 offset,
                 align: dtype.size(),

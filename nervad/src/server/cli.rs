@@ -27,6 +27,10 @@ struct Cli {
 enum Command {
     /// Serve clients on the socket until SIGTERM/SIGINT (the default).
     Serve(ServeArgs),
+    /// Write a random-weight Hugging Face checkpoint (the demo/test models).
+    MakeModel(crate::model::generate::MakeModelArgs),
+    /// Teacher-forced logits and greedy tokens of a snapshot through the engine (parity).
+    Dump(crate::engine::dump::DumpArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -59,6 +63,18 @@ struct ServeArgs {
     /// Which engine serves requests.
     #[arg(long, value_enum, default_value = "model")]
     engine: EngineKind,
+    /// Engine worker threads for the CPU backend (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Most sequences (samples) the engine runs at once.
+    #[arg(long, default_value_t = 16)]
+    max_batch: usize,
+    /// Longest sequence served (0 = the model's max_position_embeddings).
+    #[arg(long, default_value_t = 0)]
+    max_context: usize,
+    /// Bytes of the KV pool (allocated at start).
+    #[arg(long, default_value_t = 1 << 30)]
+    kv_bytes: usize,
     /// Simulated compute per step of the test engine, in microseconds (test engine only).
     #[cfg(feature = "test-engine")]
     #[arg(long, default_value_t = 0)]
@@ -149,13 +165,29 @@ fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
                 Duration::from_micros(args.test_step_us),
             )))
         }
-        EngineKind::Model => Err(format!(
-            "the model engine is not part of this build yet (model: {}); \
-             build with --features test-engine and pass --engine test for protocol testing",
-            args.model
-                .as_ref()
-                .map_or("default tiny".to_string(), |p| p.display().to_string())
-        )),
+        EngineKind::Model => {
+            let dir = match &args.model {
+                Some(dir) => dir.clone(),
+                None => crate::model::generate::ensure_default_model()
+                    .map_err(|e| format!("default model: {e}"))?,
+            };
+            tracing::info!(model = %dir.display(), "loading model");
+            let loaded = crate::model::LoadedModel::load(&dir)
+                .map_err(|e| format!("model {}: {e}", dir.display()))?;
+            let options = crate::engine::EngineOptions {
+                max_batch: args.max_batch.max(1),
+                max_context: args.max_context,
+                kv_budget_bytes: args.kv_bytes,
+                threads: args.threads,
+                ..crate::engine::EngineOptions::default()
+            };
+            let engine = crate::engine::Engine::with_cpu_backend(
+                crate::engine::EngineModel::from_loaded(loaded),
+                options,
+            )
+            .map_err(|e| format!("backend: {e}"))?;
+            Ok(Box::new(engine))
+        }
     }
 }
 
@@ -214,6 +246,26 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Serve(args)) => serve(args),
+        Some(Command::MakeModel(args)) => {
+            init_logging(LogFormat::Text);
+            match crate::model::generate::run_make_model(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("make-model: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Some(Command::Dump(args)) => {
+            init_logging(LogFormat::Text);
+            match crate::engine::dump::run_dump(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("dump: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         None => serve(cli.serve),
     }
 }

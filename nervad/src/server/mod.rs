@@ -47,6 +47,9 @@ pub enum ServerError {
     /// The socket could not be set up.
     #[error(transparent)]
     Listen(#[from] listener::ListenError),
+    /// The engine thread died (panicked); clients were sent SHUTDOWN.
+    #[error("the engine thread died")]
+    EngineDied,
     /// A resource could not be created at start.
     #[error("{what}: {source}")]
     Setup {
@@ -160,7 +163,7 @@ pub fn serve(
         staging,
     })
     .map_err(setup("epoll"))?;
-    poll.run();
+    let clean = poll.run();
 
     let _ = shared.stop.signal();
     if acceptor_handle.join().is_err() {
@@ -168,6 +171,9 @@ pub fn serve(
     }
     if engine_handle.join().is_err() {
         tracing::error!("engine thread panicked");
+    }
+    if !clean {
+        return Err(ServerError::EngineDied);
     }
     tracing::info!("nervad stopped");
     Ok(())

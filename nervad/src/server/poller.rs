@@ -150,6 +150,8 @@ struct PendingAdmin {
 pub struct PollLoop {
     config: ServeConfig,
     clients: Vec<Option<ClientConn>>,
+    /// Occupied slots, so a pass touches only live clients (not every `--max-clients` slot).
+    active: Vec<usize>,
     generations: Vec<u32>,
     rr_start: usize,
     epoll: Epoll,
@@ -174,6 +176,7 @@ pub struct PollLoop {
     daemon_uid: u32,
     alloc_baseline: u64,
     cold_allocations: u64,
+    engine_failed: bool,
 }
 
 /// The pieces [`PollLoop::new`] needs.
@@ -225,6 +228,7 @@ impl PollLoop {
         clients.resize_with(max, || None);
         Ok(PollLoop {
             generations: vec![0; max],
+            active: Vec::with_capacity(max),
             clients,
             rr_start: 0,
             epoll,
@@ -250,11 +254,13 @@ impl PollLoop {
             config: parts.config,
             alloc_baseline: 0,
             cold_allocations: 0,
+            engine_failed: false,
         })
     }
 
-    /// Run until drained after SIGTERM/SIGINT or an admin shutdown.
-    pub fn run(mut self) {
+    /// Run until drained after SIGTERM/SIGINT or an admin shutdown. Returns false when it
+    /// stopped because the engine thread died.
+    pub fn run(mut self) -> bool {
         self.alloc_baseline = thread_allocations();
         let mut last_check = Instant::now();
         let mut idle_since: Option<Instant> = None;
@@ -270,6 +276,7 @@ impl PollLoop {
             if now.duration_since(last_check) >= BUSY_CHECK {
                 self.ledger.busy_checks += 1;
                 self.collect_events(EpollTimeout::ZERO);
+                self.check_engine_alive();
                 last_check = now;
             }
             if work {
@@ -279,6 +286,7 @@ impl PollLoop {
             let idle = *idle_since.get_or_insert(now);
             if now.duration_since(idle) >= self.config.spin {
                 self.sleep();
+                self.check_engine_alive();
                 idle_since = None;
                 last_check = Instant::now();
             } else {
@@ -286,6 +294,7 @@ impl PollLoop {
             }
         }
         self.finish_shutdown();
+        !self.engine_failed
     }
 
     /// Run `f` without counting its allocations as hot-path allocations.
@@ -352,6 +361,17 @@ impl PollLoop {
         any
     }
 
+    /// An engine thread that died (panicked) can never drain: shut down instead of hanging.
+    fn check_engine_alive(&mut self) {
+        if self.phase != Phase::Drained && self.outputs.is_empty() && self.outputs.is_abandoned() {
+            tracing::error!("engine thread is gone; shutting down");
+            self.engine_failed = true;
+            self.acceptor.shutting_down.store(true, Ordering::Release);
+            let _ = self.acceptor.stop.signal();
+            self.phase = Phase::Drained;
+        }
+    }
+
     /// Hand queued commands to the engine thread. Returns whether any moved.
     fn flush_commands(&mut self) -> bool {
         let mut moved = false;
@@ -374,19 +394,19 @@ impl PollLoop {
     // ---- clients -----------------------------------------------------------------------
 
     fn service_clients(&mut self) -> bool {
-        let n = self.clients.len();
-        if n == 0 {
-            return false;
-        }
         let mut work = false;
-        let start = self.rr_start;
-        self.rr_start = (self.rr_start + 1) % n;
-        for i in 0..n {
-            let slot = (start + i) % n;
-            if self.clients[slot].is_none() {
-                continue;
+        let n = self.active.len();
+        if n > 0 {
+            let start = self.rr_start % n;
+            self.rr_start = self.rr_start.wrapping_add(1);
+            for i in 0..n {
+                // A client removed during the pass shifts the list; at worst one client is
+                // visited twice or skipped in this pass.
+                let Some(&slot) = self.active.get((start + i) % n) else {
+                    break;
+                };
+                work |= self.service_one(slot);
             }
-            work |= self.service_one(slot);
         }
         if !self.pending_admin.is_empty() {
             self.cold(|s| s.answer_admin());
@@ -422,7 +442,9 @@ impl PollLoop {
             match sq.consume(batch, |d| self.handle_descriptor(slot, tx, d)) {
                 Ok(n) => work |= n > 0,
                 Err(e) => {
-                    tracing::warn!(slot, error = %e, "corrupt submission ring; disconnecting");
+                    self.cold(|_| {
+                        tracing::warn!(slot, error = %e, "corrupt submission ring; disconnecting");
+                    });
                     conn.tx.corrupt = true;
                 }
             }
@@ -560,7 +582,10 @@ impl PollLoop {
     }
 
     fn ring_completion_doorbells(&mut self) {
-        for conn in self.clients.iter_mut().flatten() {
+        for i in 0..self.active.len() {
+            let Some(conn) = self.clients[self.active[i]].as_mut() else {
+                continue;
+            };
             if !conn.tx.pushed {
                 continue;
             }
@@ -732,16 +757,20 @@ impl PollLoop {
 
     /// Announce sleep on every doorbell, re-check, then block in epoll.
     fn sleep(&mut self) {
-        for conn in self.clients.iter().flatten() {
-            conn.daemon_sleeping.prepare_sleep();
+        for &slot in &self.active {
+            if let Some(conn) = &self.clients[slot] {
+                conn.daemon_sleeping.prepare_sleep();
+            }
         }
         self.engine_bell.flag().prepare_sleep();
         // Re-check after the announcements (their SeqCst fences pair with the producers').
         let mut ready = !self.outputs.is_empty() || !self.pending_commands.is_empty();
         let mut backlog = false;
-        for conn in self.clients.iter_mut().flatten() {
-            backlog |= !conn.tx.backlog.is_empty();
-            ready |= conn.sq.has_pending().unwrap_or(true);
+        for i in 0..self.active.len() {
+            if let Some(conn) = self.clients[self.active[i]].as_mut() {
+                backlog |= !conn.tx.backlog.is_empty();
+                ready |= conn.sq.has_pending().unwrap_or(true);
+            }
         }
         if !ready {
             self.ledger.sleeps += 1;
@@ -752,8 +781,10 @@ impl PollLoop {
             };
             self.collect_events(timeout);
         }
-        for conn in self.clients.iter().flatten() {
-            conn.daemon_sleeping.finish_sleep();
+        for &slot in &self.active {
+            if let Some(conn) = &self.clients[slot] {
+                conn.daemon_sleeping.finish_sleep();
+            }
         }
         self.engine_bell.flag().finish_sleep();
     }
@@ -883,6 +914,7 @@ impl PollLoop {
                 shutdown_sent: false,
             },
         });
+        self.active.push(slot);
         self.ledger.clients_connected += 1;
         self.acceptor.clients.fetch_add(1, Ordering::Relaxed);
     }
@@ -893,6 +925,9 @@ impl PollLoop {
         let Some(conn) = self.clients[slot].take() else {
             return;
         };
+        if let Some(i) = self.active.iter().position(|&s| s == slot) {
+            self.active.swap_remove(i);
+        }
         // The client holds duplicates of these descriptors, so closing ours would not remove
         // them from the epoll set: delete explicitly.
         let _ = self.epoll.delete(conn.sq_bell.as_fd());

@@ -270,4 +270,40 @@ mod tests {
         let bytes = unsafe { std::slice::from_raw_parts(seg.mapping.as_ptr().as_ptr(), len) };
         assert!(bytes.iter().all(|&b| b == 0));
     }
+
+    /// Exercises the hugetlb path by reserving two huge pages for the duration of the test
+    /// (root only; our machines reserve none). Skips, saying why, where that is impossible.
+    #[test]
+    fn hugetlb_segment_when_pages_are_reserved() {
+        const KNOB: &str = "/proc/sys/vm/nr_hugepages";
+        let Ok(before) = std::fs::read_to_string(KNOB) else {
+            eprintln!("skip: {KNOB} unreadable");
+            return;
+        };
+        let Ok(n) = before.trim().parse::<u64>() else {
+            eprintln!("skip: {KNOB} unparsable");
+            return;
+        };
+        if std::fs::write(KNOB, format!("{}", n + 2)).is_err() {
+            eprintln!("skip: cannot reserve huge pages (not root or not permitted)");
+            return;
+        }
+        let seg = SharedMemfd::create(
+            100_000,
+            SegmentOptions {
+                try_hugetlb: true,
+                mlock: false,
+            },
+        );
+        let _ = std::fs::write(KNOB, format!("{n}"));
+        let seg = seg.expect("segment");
+        if seg.backing != PageBacking::Hugetlb {
+            eprintln!("skip: kernel reserved no huge page (fragmented memory?)");
+            return;
+        }
+        assert_eq!(seg.page_bytes, HUGE_PAGE_BYTES);
+        assert_eq!(seg.mapping.len() as u64 % HUGE_PAGE_BYTES, 0);
+        let seals = fcntl(&seg.fd, FcntlArg::F_GET_SEALS).expect("seals");
+        assert_ne!(seals & SealFlag::F_SEAL_SHRINK.bits(), 0);
+    }
 }

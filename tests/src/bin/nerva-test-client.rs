@@ -85,9 +85,11 @@ fn hostile(socket: &Path, corruptions: u64, seed: u64) -> Result<(), String> {
         };
         let mut c = c;
         let l = c.end.layout;
-        let sq_prod = l.sq_offset() + 128;
+        // RingHeader = consumer line | producer line (CachePadded each).
+        let line = (std::mem::size_of::<nerva_rings::RingHeader>() / 2) as u64;
+        let sq_prod = l.sq_offset() + line;
         let cq_cons = l.cq_offset();
-        let cq_prod = l.cq_offset() + 128;
+        let cq_prod = l.cq_offset() + line;
         for _ in 0..64 {
             done += 1;
             match rng.random_range(0..100u32) {

@@ -1,0 +1,1074 @@
+//! The engine: admits requests, schedules them in batched steps over the paged KV pool, turns
+//! sampled tokens into events.
+//!
+//! Request life: queued (waiting for sequence slots and KV pages) → prefill (prompt chunks, the
+//! primary sequence only) → decode (one token per sample per step) → finished. Each step runs
+//! every decoding sample first, then fills the remaining token budget with prefill chunks, one
+//! client at a time in round robin. KV pages for a request's whole length are reserved at
+//! admission, so a running request never runs out of pages; a request that does not fit yet
+//! waits in the queue, one that can never fit is refused.
+//!
+//! Samples of one request share the prompt's KV pages: the primary prefills all prompt tokens
+//! but the last, the page holding the last prefilled position is copied for every other sample,
+//! and each sample then feeds the last prompt token itself, sampling its own first token from
+//! its own random stream.
+//!
+//! After admission nothing on the step path allocates: buffers live in the request and sequence
+//! slots, events borrow them.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use super::api::{
+    ClientId, EngineEvent, EngineInfo, EventSink, FinishReason, GenerateRequest, InferenceEngine,
+    Prompt, RequestError, RequestKey, RequestTimings, SamplingParams, StopConditions,
+};
+use super::detok::{Pushed, TextStream};
+use super::kv_pool::KvPagePool;
+use super::model::EngineModel;
+use crate::backend::sampling::validate_params;
+use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput};
+
+/// Engine sizes. Defaults suit the CPU backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Most sequences (samples) running at once; also sequences per step.
+    pub max_batch: usize,
+    /// Longest sequence served; 0 means the model's `max_position_embeddings`.
+    pub max_context: usize,
+    /// Bytes for the KV pool.
+    pub kv_budget_bytes: usize,
+    /// Backend worker threads; 0 means all cores.
+    pub threads: usize,
+    /// Most tokens per step (decode tokens plus prefill chunks).
+    pub max_step_tokens: usize,
+    /// Tokens per KV page.
+    pub page_tokens: usize,
+    /// Most requests waiting for admission before `submit` answers `Busy`.
+    pub max_queued: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            max_batch: 16,
+            max_context: 0,
+            kv_budget_bytes: 1 << 30,
+            threads: 0,
+            max_step_tokens: 256,
+            page_tokens: 16,
+            max_queued: 1024,
+        }
+    }
+}
+
+impl EngineOptions {
+    /// The options a backend is built with for `config`.
+    pub fn backend_options(
+        &self,
+        config: &crate::model::ModelConfig,
+    ) -> crate::backend::BackendOptions {
+        let max_context = if self.max_context == 0 {
+            config.max_position_embeddings
+        } else {
+            self.max_context.min(config.max_position_embeddings)
+        };
+        crate::backend::BackendOptions {
+            max_seqs: self.max_batch.max(1),
+            max_step_tokens: self.max_step_tokens.max(self.max_batch).max(1),
+            page_tokens: self.page_tokens.max(1),
+            kv_budget_bytes: self.kv_budget_bytes,
+            max_context,
+            threads: self.threads,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Queued,
+    Prefill,
+    Decode,
+}
+
+#[derive(Debug)]
+struct Request {
+    key: RequestKey,
+    sampling: SamplingParams,
+    max_tokens: u32,
+    stop: StopConditions,
+    n_samples: u16,
+    priority: u8,
+    received_at: Instant,
+    scheduled_at: Option<Instant>,
+    prompt: Vec<u32>,
+    phase: Phase,
+    /// Prompt tokens the primary prefills (all, or all but the last when forking).
+    prefill_target: usize,
+    prefilled: usize,
+    /// Sequence slot of each sample.
+    slots: Vec<u32>,
+    samples_left: u16,
+    cancelled: bool,
+}
+
+#[derive(Debug)]
+struct Sequence {
+    active: bool,
+    request: usize,
+    sample: u16,
+    /// Block table (capacity for a full-context sequence).
+    table: Vec<u32>,
+    /// Positions already in the KV pool.
+    len: usize,
+    /// The token fed at the next decode step.
+    input: [u32; 1],
+    decoding: bool,
+    generated: u32,
+    /// Prompt + output may not exceed this many tokens.
+    limit: usize,
+    limit_is_context: bool,
+    text: TextStream,
+    first_token_at: Option<Instant>,
+    last_token_at: Option<Instant>,
+}
+
+/// What one batch entry was.
+#[derive(Debug, Clone, Copy)]
+struct StepEntry {
+    slot: u32,
+    request: usize,
+    /// Prompt tokens in this entry (0 for a decode entry).
+    prefill: usize,
+}
+
+/// Tokens per KV page times pages, rounded up.
+fn pages_for(tokens: usize, page_tokens: usize) -> usize {
+    tokens.div_ceil(page_tokens)
+}
+
+/// The inference engine over any [`Backend`].
+pub struct Engine {
+    name: String,
+    config: crate::model::ModelConfig,
+    tokens: super::detok::TokenTable,
+    eos: Vec<u32>,
+    prompts: Box<dyn super::model::PromptEncoder>,
+    backend: Box<dyn Backend>,
+    backend_name: String,
+    device: String,
+    limits: BackendLimits,
+    max_queued: usize,
+    pool: KvPagePool,
+    requests: Vec<Option<Request>>,
+    free_requests: Vec<usize>,
+    by_key: HashMap<RequestKey, usize>,
+    queue: VecDeque<usize>,
+    seqs: Vec<Sequence>,
+    free_slots: Vec<u32>,
+    paused: Vec<ClientId>,
+    cancelled: Vec<usize>,
+    /// The client whose prefill ran last (round robin).
+    last_prefill_client: Option<ClientId>,
+    out: StepOutput,
+    step_buf: Vec<SeqStep<'static>>,
+    entries: Vec<StepEntry>,
+    prefill_clients: Vec<ClientId>,
+    prefill_order: Vec<usize>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("model", &self.name)
+            .field("limits", &self.limits)
+            .field("in_flight", &self.by_key.len())
+            .finish()
+    }
+}
+
+/// Reuse a vector's allocation for another lifetime (it is emptied first, so no element
+/// crosses lifetimes; the in-place collect keeps the buffer).
+fn recycle<'b>(mut v: Vec<SeqStep<'_>>) -> Vec<SeqStep<'b>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| unreachable!("emptied above"))
+        .collect()
+}
+
+impl Engine {
+    /// An engine over `backend`, which must have been built for `model`'s config.
+    pub fn new(model: EngineModel, backend: Box<dyn Backend>, options: EngineOptions) -> Self {
+        let limits = backend.limits();
+        let info = backend.info();
+        let longest = model.tokens.longest();
+        let seqs = (0..limits.max_seqs)
+            .map(|_| Sequence {
+                active: false,
+                request: 0,
+                sample: 0,
+                table: Vec::with_capacity(limits.max_pages_per_seq()),
+                len: 0,
+                input: [0],
+                decoding: false,
+                generated: 0,
+                limit: 0,
+                limit_is_context: false,
+                text: TextStream::new(&[], longest),
+                first_token_at: None,
+                last_token_at: None,
+            })
+            .collect();
+        Engine {
+            name: model.name,
+            config: model.config,
+            tokens: model.tokens,
+            eos: model.eos_token_ids,
+            prompts: model.prompts,
+            backend,
+            backend_name: info.name,
+            device: info.device,
+            limits,
+            max_queued: options.max_queued.max(1),
+            pool: KvPagePool::new(limits.num_pages),
+            requests: Vec::new(),
+            free_requests: Vec::new(),
+            by_key: HashMap::new(),
+            queue: VecDeque::with_capacity(options.max_queued.max(1)),
+            seqs,
+            free_slots: (0..limits.max_seqs as u32).rev().collect(),
+            paused: Vec::new(),
+            cancelled: Vec::new(),
+            last_prefill_client: None,
+            out: StepOutput::with_capacity(limits.max_seqs),
+            step_buf: Vec::with_capacity(limits.max_seqs),
+            entries: Vec::with_capacity(limits.max_seqs),
+            prefill_clients: Vec::with_capacity(limits.max_seqs),
+            prefill_order: Vec::with_capacity(limits.max_seqs),
+        }
+    }
+
+    /// Build the CPU backend for `model` with `options` and an engine over it.
+    pub fn with_cpu_backend(
+        model: EngineModel,
+        options: EngineOptions,
+    ) -> Result<Self, crate::backend::BackendError> {
+        let backend = crate::backend::cpu::CpuBackend::new(
+            &model.config,
+            &model.weights,
+            options.backend_options(&model.config),
+        )?;
+        Ok(Engine::new(model, Box::new(backend), options))
+    }
+
+    /// Sizes the backend was built with.
+    pub fn limits(&self) -> BackendLimits {
+        self.limits
+    }
+
+    /// KV pages free now.
+    pub fn free_pages(&self) -> usize {
+        self.pool.free()
+    }
+
+    /// Teacher-forced logits `[tokens, vocab]` of every position of `tokens` (dump and parity
+    /// tools). Runs only while no request is in flight; uses the engine's own pool and backend.
+    pub fn prompt_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, RequestError> {
+        if !self.by_key.is_empty() {
+            return Err(RequestError::Busy);
+        }
+        if tokens.is_empty() {
+            return Err(RequestError::InvalidPrompt("no tokens".into()));
+        }
+        if tokens.len() > self.limits.max_context {
+            return Err(RequestError::TooLong {
+                prompt_tokens: tokens.len(),
+                limit: self.limits.max_context,
+            });
+        }
+        if let Some(&bad) = tokens
+            .iter()
+            .find(|&&t| t as usize >= self.config.vocab_size)
+        {
+            return Err(RequestError::BadToken(bad));
+        }
+        let mut table = Vec::with_capacity(self.limits.max_pages_per_seq());
+        if !self
+            .pool
+            .take(pages_for(tokens.len(), self.limits.page_tokens), &mut table)
+        {
+            return Err(RequestError::TooLong {
+                prompt_tokens: tokens.len(),
+                limit: self.pool.free() * self.limits.page_tokens,
+            });
+        }
+        let result = (|| {
+            self.backend
+                .start_sequence(0, &SamplingParams::default(), 0, tokens)
+                .map_err(|e| RequestError::Backend(e.to_string()))?;
+            let mut out = StepOutput::default();
+            let mut logits = Vec::with_capacity(tokens.len() * self.config.vocab_size);
+            let chunk = self.limits.max_step_tokens;
+            for (i, part) in tokens.chunks(chunk).enumerate() {
+                let step = SeqStep {
+                    slot: 0,
+                    tokens: part,
+                    start_pos: (i * chunk) as u32,
+                    block_table: &table,
+                    sample: false,
+                    want_logits: true,
+                };
+                self.backend
+                    .step(&[step], &mut out)
+                    .map_err(|e| RequestError::Backend(e.to_string()))?;
+                logits.extend_from_slice(&out.logits);
+            }
+            Ok(logits)
+        })();
+        self.pool.release(&mut table);
+        result
+    }
+
+    fn context_limit(&self) -> usize {
+        self.limits.max_context
+    }
+
+    /// Pages a request needs in all: (shared prompt pages, pages of each sample beyond them).
+    fn page_need(&self, prompt_len: usize, max_tokens: u32, n: u16) -> (usize, usize) {
+        let pt = self.limits.page_tokens;
+        let total = (prompt_len + max_tokens as usize).min(self.context_limit());
+        let per_sample = pages_for(total, pt);
+        if n <= 1 {
+            return (0, per_sample);
+        }
+        let shared = (prompt_len - 1) / pt;
+        (shared, per_sample - shared)
+    }
+
+    fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
+        let ids = match prompt {
+            Prompt::Tokens(ids) => ids.clone(),
+            Prompt::Text(text) => self
+                .prompts
+                .encode(text)
+                .map_err(RequestError::InvalidPrompt)?,
+            Prompt::Chat(messages) => match self.prompts.encode_chat(messages) {
+                None => return Err(RequestError::NoChatTemplate),
+                Some(r) => r.map_err(RequestError::InvalidPrompt)?,
+            },
+        };
+        if ids.is_empty() {
+            return Err(RequestError::InvalidPrompt("prompt has no tokens".into()));
+        }
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+            return Err(RequestError::BadToken(bad));
+        }
+        Ok(ids)
+    }
+
+    /// Admit queued requests while slots and pages allow: highest priority first, then round
+    /// robin over clients, FIFO within a client. Stops at the first that does not fit so a
+    /// large request is not starved by small ones behind it.
+    fn admit(&mut self, now: Instant, sink: &mut dyn EventSink) {
+        while !self.queue.is_empty() {
+            let pick = self.pick_queued();
+            let Some(qi) = pick else { break };
+            let rid = self.queue[qi];
+            let Some(req) = self.requests[rid].as_ref() else {
+                self.queue.remove(qi);
+                continue;
+            };
+            let n = req.n_samples;
+            let (shared, own) = self.page_need(req.prompt.len(), req.max_tokens, n);
+            let need = shared + own * usize::from(n);
+            if self.free_slots.len() < usize::from(n) || self.pool.free() < need {
+                break;
+            }
+            self.queue.remove(qi);
+            if let Err(e) = self.start_request(rid, shared, own, now) {
+                // The backend refused the sequence (should not happen after validation).
+                self.fail_request(rid, e, Some(&mut *sink));
+            }
+        }
+    }
+
+    fn pick_queued(&self) -> Option<usize> {
+        let best = self
+            .queue
+            .iter()
+            .filter_map(|&r| self.requests[r].as_ref())
+            .map(|r| r.priority)
+            .max()?;
+        // Round robin: the first queued request of the first client after the last served.
+        let after = self.last_prefill_client;
+        let mut chosen: Option<(bool, ClientId, usize)> = None;
+        for (i, &r) in self.queue.iter().enumerate() {
+            let Some(req) = self.requests[r].as_ref() else {
+                return Some(i);
+            };
+            if req.priority != best {
+                continue;
+            }
+            let c = req.key.client;
+            // Clients after the last served come first (wrapping).
+            let later = after.is_none_or(|a| c > a);
+            let better = match chosen {
+                None => true,
+                Some((cl, cc, _)) => (later && !cl) || (later == cl && c < cc),
+            };
+            if better {
+                chosen = Some((later, c, i));
+            }
+        }
+        chosen.map(|(_, _, i)| i)
+    }
+
+    fn start_request(
+        &mut self,
+        rid: usize,
+        shared: usize,
+        own: usize,
+        now: Instant,
+    ) -> Result<(), RequestError> {
+        let limit_ctx = self.context_limit();
+        let longest = self.tokens.longest();
+        let strip = self.tokens.strip_leading_space();
+        let Some(req) = self.requests[rid].as_mut() else {
+            return Ok(());
+        };
+        req.scheduled_at = Some(now);
+        let n = usize::from(req.n_samples);
+        let prompt_len = req.prompt.len();
+        let total = prompt_len + req.max_tokens as usize;
+        for sample in 0..n {
+            let slot = self.free_slots.pop().unwrap_or_default();
+            req.slots.push(slot);
+            let seq = &mut self.seqs[slot as usize];
+            seq.active = true;
+            seq.request = rid;
+            seq.sample = sample as u16;
+            seq.len = 0;
+            seq.decoding = false;
+            seq.generated = 0;
+            seq.limit = total.min(limit_ctx);
+            seq.limit_is_context = total > limit_ctx;
+            seq.text.reset(&req.stop.stop_strings, longest, strip);
+            seq.first_token_at = None;
+            seq.last_token_at = None;
+            seq.table.clear();
+        }
+        // Pages: the primary holds the shared prompt pages and its own; the others share them.
+        let primary = req.slots[0] as usize;
+        let mut table = std::mem::take(&mut self.seqs[primary].table);
+        let ok = self.pool.take(shared + own, &mut table);
+        debug_assert!(ok, "admission checked free pages");
+        for &slot in &req.slots[1..] {
+            let t = &mut self.seqs[slot as usize].table;
+            for &p in &table[..shared] {
+                self.pool.share(p);
+                t.push(p);
+            }
+            self.pool.take(own, t);
+        }
+        self.seqs[primary].table = table;
+        let seed = req.sampling.seed;
+        self.backend
+            .start_sequence(req.slots[0], &req.sampling, seed, &req.prompt)
+            .map_err(|e| RequestError::Backend(e.to_string()))?;
+        if n == 1 {
+            req.prefill_target = prompt_len;
+            req.phase = Phase::Prefill;
+        } else {
+            req.prefill_target = prompt_len - 1;
+            req.phase = Phase::Prefill;
+            if req.prefill_target == 0 {
+                self.fork_samples(rid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After the primary prefilled all prompt tokens but the last: give every other sample its
+    /// copy of the partial page and its own sampling state, and start all of them decoding from
+    /// the last prompt token.
+    fn fork_samples(&mut self, rid: usize) -> Result<(), RequestError> {
+        let pt = self.limits.page_tokens;
+        let Some(req) = self.requests[rid].as_mut() else {
+            return Ok(());
+        };
+        let p = req.prefill_target;
+        let primary = req.slots[0];
+        let shared = p / pt;
+        for (i, &slot) in req.slots.iter().enumerate() {
+            if i > 0 {
+                if p % pt != 0 {
+                    let src = self.seqs[primary as usize].table[shared];
+                    let dst = self.seqs[slot as usize].table[shared];
+                    self.backend
+                        .copy_page(src, dst)
+                        .map_err(|e| RequestError::Backend(e.to_string()))?;
+                }
+                self.backend
+                    .fork_sequence(
+                        primary,
+                        slot,
+                        &req.sampling,
+                        req.sampling.seed.wrapping_add(i as u64),
+                    )
+                    .map_err(|e| RequestError::Backend(e.to_string()))?;
+            }
+            let seq = &mut self.seqs[slot as usize];
+            seq.len = p;
+            seq.input = [req.prompt[p]];
+            seq.decoding = true;
+        }
+        req.phase = Phase::Decode;
+        Ok(())
+    }
+
+    /// Emit `Error` for a request as a whole and forget it (no `Done` follows).
+    fn fail_request(&mut self, rid: usize, error: RequestError, sink: Option<&mut dyn EventSink>) {
+        if let (Some(sink), Some(req)) = (sink, self.requests[rid].as_ref()) {
+            sink.emit(EngineEvent::Error {
+                key: req.key,
+                error: &error,
+            });
+        }
+        self.remove_request(rid);
+    }
+
+    /// Release every resource of a request without events.
+    fn remove_request(&mut self, rid: usize) {
+        let Some(req) = self.requests[rid].take() else {
+            return;
+        };
+        for &slot in &req.slots {
+            let seq = &mut self.seqs[slot as usize];
+            if seq.active {
+                seq.active = false;
+                self.pool.release(&mut seq.table);
+                self.free_slots.push(slot);
+            }
+        }
+        if let Some(qi) = self.queue.iter().position(|&r| r == rid) {
+            self.queue.remove(qi);
+        }
+        self.by_key.remove(&req.key);
+        self.free_requests.push(rid);
+    }
+
+    fn timings(&self, req: &Request, seq: Option<&Sequence>) -> RequestTimings {
+        let us = |a: Instant, b: Instant| b.saturating_duration_since(a).as_micros() as u64;
+        let mut t = RequestTimings {
+            prompt_tokens: req.prompt.len() as u32,
+            ..RequestTimings::default()
+        };
+        if let Some(s) = req.scheduled_at {
+            t.queue_us = us(req.received_at, s);
+        }
+        if let Some(seq) = seq {
+            t.generated_tokens = seq.generated;
+            if let Some(first) = seq.first_token_at {
+                t.first_token_us = us(req.received_at, first);
+                if let Some(last) = seq.last_token_at {
+                    t.decode_us = us(first, last);
+                }
+            }
+        }
+        t
+    }
+
+    /// End one sample: flush held text (unless a stop string ended it or it was cancelled),
+    /// emit `Done`, release its slot and pages; forget the request after its last sample.
+    fn finish_sample(
+        &mut self,
+        slot: u32,
+        reason: FinishReason,
+        flush: bool,
+        sink: &mut dyn EventSink,
+    ) {
+        let seq = &mut self.seqs[slot as usize];
+        if !seq.active {
+            return;
+        }
+        let rid = seq.request;
+        let Some(req) = self.requests[rid].as_ref() else {
+            return;
+        };
+        let key = req.key;
+        let sample = seq.sample;
+        if flush {
+            let n = seq.text.finish();
+            if n > 0 {
+                sink.emit(EngineEvent::Text {
+                    key,
+                    sample,
+                    text: &seq.text.text()[..n],
+                });
+            }
+        }
+        let timings = self.timings(req, Some(&self.seqs[slot as usize]));
+        sink.emit(EngineEvent::Done {
+            key,
+            sample,
+            reason,
+            timings,
+        });
+        let seq = &mut self.seqs[slot as usize];
+        seq.active = false;
+        seq.decoding = false;
+        self.pool.release(&mut seq.table);
+        self.free_slots.push(slot);
+        let done = match self.requests[rid].as_mut() {
+            Some(req) => {
+                req.samples_left = req.samples_left.saturating_sub(1);
+                req.samples_left == 0
+            }
+            None => false,
+        };
+        if done {
+            self.remove_request(rid);
+        }
+    }
+
+    /// Cancelled requests: `Done { Cancelled }` for every sample still running (or never
+    /// started), then forget them.
+    fn process_cancels(&mut self, sink: &mut dyn EventSink) {
+        while let Some(rid) = self.cancelled.pop() {
+            let Some(req) = self.requests[rid].as_ref() else {
+                continue;
+            };
+            if req.phase == Phase::Queued {
+                let key = req.key;
+                let timings = self.timings(req, None);
+                for sample in 0..req.n_samples {
+                    sink.emit(EngineEvent::Done {
+                        key,
+                        sample,
+                        reason: FinishReason::Cancelled,
+                        timings,
+                    });
+                }
+                self.remove_request(rid);
+                continue;
+            }
+            let n = req.slots.len();
+            for i in 0..n {
+                let slot = match self.requests[rid].as_ref() {
+                    Some(r) => r.slots[i],
+                    None => break,
+                };
+                if self.seqs[slot as usize].active && self.seqs[slot as usize].request == rid {
+                    self.finish_sample(slot, FinishReason::Cancelled, false, sink);
+                }
+            }
+        }
+    }
+
+    /// Handle one sampled token of a decoding sample.
+    fn accept_token(
+        &mut self,
+        slot: u32,
+        tok: SampledToken,
+        now: Instant,
+        sink: &mut dyn EventSink,
+    ) {
+        let seq = &mut self.seqs[slot as usize];
+        let Some(req) = self.requests[seq.request].as_ref() else {
+            return;
+        };
+        if seq.first_token_at.is_none() {
+            seq.first_token_at = Some(now);
+        }
+        seq.last_token_at = Some(now);
+        let id = tok.token;
+        let is_stop = (!req.stop.ignore_eos && self.eos.contains(&id))
+            || req.stop.stop_token_ids.contains(&id);
+        if is_stop {
+            self.finish_sample(slot, FinishReason::Stop, true, sink);
+            return;
+        }
+        let key = req.key;
+        let sample = seq.sample;
+        seq.generated += 1;
+        seq.input = [id];
+        sink.emit(EngineEvent::Tokens {
+            key,
+            sample,
+            ids: &seq.input,
+            logprobs: std::slice::from_ref(&tok.logprob),
+        });
+        if tok.top_n > 0 {
+            sink.emit(EngineEvent::TopLogprobs {
+                key,
+                sample,
+                ids: tok.top_ids(),
+                logprobs: tok.top_logprobs(),
+            });
+        }
+        if !self.tokens.is_special(id) {
+            match seq.text.push(self.tokens.token_bytes(id)) {
+                Pushed::Emit(n) => {
+                    if n > 0 {
+                        sink.emit(EngineEvent::Text {
+                            key,
+                            sample,
+                            text: &seq.text.text()[..n],
+                        });
+                    }
+                }
+                Pushed::Stop(n) => {
+                    if n > 0 {
+                        sink.emit(EngineEvent::Text {
+                            key,
+                            sample,
+                            text: &seq.text.text()[..n],
+                        });
+                    }
+                    self.finish_sample(slot, FinishReason::Stop, false, sink);
+                    return;
+                }
+            }
+        }
+        let total = req.prompt.len() + seq.generated as usize;
+        if seq.generated >= req.max_tokens {
+            self.finish_sample(slot, FinishReason::Length, true, sink);
+        } else if total >= seq.limit {
+            let reason = if seq.limit_is_context {
+                FinishReason::ContextLength
+            } else {
+                FinishReason::Length
+            };
+            self.finish_sample(slot, reason, true, sink);
+        }
+    }
+
+    /// Build the step's batch: every runnable decoding sample, then prefill chunks.
+    fn plan_prefill_order(&mut self) {
+        self.prefill_order.clear();
+        self.prefill_clients.clear();
+        // Requests in prefill, clients after the last served first.
+        for (slot, seq) in self.seqs.iter().enumerate() {
+            if !seq.active || seq.sample != 0 || seq.decoding {
+                continue;
+            }
+            let Some(req) = self.requests[seq.request].as_ref() else {
+                continue;
+            };
+            if req.phase != Phase::Prefill || self.paused.contains(&req.key.client) {
+                continue;
+            }
+            let _ = slot;
+            self.prefill_order.push(seq.request);
+        }
+        let after = self.last_prefill_client;
+        let requests = &self.requests;
+        let key = |rid: &usize| {
+            let r = requests[*rid]
+                .as_ref()
+                .map(|r| (r.priority, r.key.client, r.received_at));
+            match r {
+                Some((p, c, at)) => (
+                    std::cmp::Reverse(p),
+                    after.is_some_and(|a| c <= a),
+                    c,
+                    Some(at),
+                ),
+                None => (
+                    std::cmp::Reverse(0),
+                    true,
+                    ClientId {
+                        slot: u32::MAX,
+                        generation: u32::MAX,
+                    },
+                    None,
+                ),
+            }
+        };
+        // sort_unstable_by_key on a small, preallocated vector: no allocation.
+        self.prefill_order.sort_unstable_by_key(key);
+    }
+}
+
+impl InferenceEngine for Engine {
+    fn submit(&mut self, request: GenerateRequest) -> Result<(), RequestError> {
+        if self.by_key.contains_key(&request.key) {
+            return Err(RequestError::DuplicateTag);
+        }
+        if self.queue.len() >= self.max_queued {
+            return Err(RequestError::Busy);
+        }
+        if request.n_samples == 0 || usize::from(request.n_samples) > self.limits.max_seqs {
+            return Err(RequestError::InvalidParameter(
+                "n_samples must be between 1 and the engine's batch size",
+            ));
+        }
+        if request.max_tokens == 0 {
+            return Err(RequestError::InvalidParameter("max_tokens must be > 0"));
+        }
+        validate_params(&request.sampling).map_err(RequestError::InvalidParameter)?;
+        if request.stop.stop_strings.iter().any(String::is_empty) {
+            return Err(RequestError::InvalidParameter(
+                "stop strings must not be empty",
+            ));
+        }
+        let prompt = self.tokenize(&request.prompt)?;
+        let ctx = self.context_limit();
+        if prompt.len() >= ctx {
+            return Err(RequestError::TooLong {
+                prompt_tokens: prompt.len(),
+                limit: ctx - 1,
+            });
+        }
+        let (shared, own) = self.page_need(prompt.len(), request.max_tokens, request.n_samples);
+        let need = shared + own * usize::from(request.n_samples);
+        if need > self.pool.total() {
+            return Err(RequestError::TooLong {
+                prompt_tokens: prompt.len(),
+                limit: self.pool.total() * self.limits.page_tokens / usize::from(request.n_samples),
+            });
+        }
+        let req = Request {
+            key: request.key,
+            sampling: request.sampling,
+            max_tokens: request.max_tokens,
+            stop: request.stop,
+            n_samples: request.n_samples,
+            priority: request.priority,
+            received_at: request.received_at,
+            scheduled_at: None,
+            prompt,
+            phase: Phase::Queued,
+            prefill_target: 0,
+            prefilled: 0,
+            slots: Vec::with_capacity(usize::from(request.n_samples)),
+            samples_left: request.n_samples,
+            cancelled: false,
+        };
+        let rid = match self.free_requests.pop() {
+            Some(rid) => {
+                self.requests[rid] = Some(req);
+                rid
+            }
+            None => {
+                self.requests.push(Some(req));
+                self.requests.len() - 1
+            }
+        };
+        self.by_key.insert(request.key, rid);
+        self.queue.push_back(rid);
+        Ok(())
+    }
+
+    fn cancel(&mut self, key: RequestKey) {
+        if let Some(&rid) = self.by_key.get(&key)
+            && let Some(req) = self.requests[rid].as_mut()
+            && !req.cancelled
+        {
+            req.cancelled = true;
+            self.cancelled.push(rid);
+        }
+    }
+
+    fn drop_client(&mut self, client: ClientId) {
+        let rids: Vec<usize> = self
+            .by_key
+            .iter()
+            .filter(|(k, _)| k.client == client)
+            .map(|(_, &r)| r)
+            .collect();
+        for rid in rids {
+            self.remove_request(rid);
+        }
+        self.cancelled.retain(|&r| self.requests[r].is_some());
+        self.paused.retain(|&c| c != client);
+        if self.last_prefill_client == Some(client) {
+            self.last_prefill_client = None;
+        }
+    }
+
+    fn set_paused(&mut self, client: ClientId, paused: bool) {
+        let at = self.paused.iter().position(|&c| c == client);
+        match (paused, at) {
+            (true, None) => self.paused.push(client),
+            (false, Some(i)) => {
+                self.paused.swap_remove(i);
+            }
+            _ => {}
+        }
+    }
+
+    fn step(&mut self, sink: &mut dyn EventSink) -> bool {
+        let now = Instant::now();
+        self.process_cancels(sink);
+        self.admit(now, sink);
+        self.plan_prefill_order();
+
+        // Build the batch (borrows requests and sequences; the entries remember who is who).
+        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
+        self.entries.clear();
+        let mut budget = self.limits.max_step_tokens;
+        for (slot, seq) in self.seqs.iter().enumerate() {
+            if !seq.active || !seq.decoding || budget == 0 {
+                continue;
+            }
+            let Some(req) = self.requests[seq.request].as_ref() else {
+                continue;
+            };
+            if self.paused.contains(&req.key.client) {
+                continue;
+            }
+            batch.push(SeqStep {
+                slot: slot as u32,
+                tokens: &seq.input,
+                start_pos: seq.len as u32,
+                block_table: &seq.table,
+                sample: true,
+                want_logits: false,
+            });
+            self.entries.push(StepEntry {
+                slot: slot as u32,
+                request: seq.request,
+                prefill: 0,
+            });
+            budget -= 1;
+        }
+        let mut served: Option<ClientId> = None;
+        for &rid in &self.prefill_order {
+            if budget == 0 || batch.len() >= self.limits.max_seqs {
+                break;
+            }
+            let Some(req) = self.requests[rid].as_ref() else {
+                continue;
+            };
+            let remaining = req.prefill_target - req.prefilled;
+            let chunk = remaining.min(budget);
+            if chunk == 0 {
+                continue;
+            }
+            let slot = req.slots[0];
+            let seq = &self.seqs[slot as usize];
+            let finishes = req.prefilled + chunk == req.prompt.len();
+            batch.push(SeqStep {
+                slot,
+                tokens: &req.prompt[req.prefilled..req.prefilled + chunk],
+                start_pos: req.prefilled as u32,
+                block_table: &seq.table,
+                sample: finishes,
+                want_logits: false,
+            });
+            self.entries.push(StepEntry {
+                slot,
+                request: rid,
+                prefill: chunk,
+            });
+            budget -= chunk;
+            served = Some(req.key.client);
+        }
+        if served.is_some() {
+            self.last_prefill_client = served;
+        }
+        let result = if batch.is_empty() {
+            Ok(())
+        } else {
+            self.backend.step(&batch, &mut self.out)
+        };
+        self.step_buf = recycle(batch);
+
+        if let Err(e) = result {
+            // Every request in the failed batch ends with one Error; the rest go on.
+            let error = RequestError::Backend(e.to_string());
+            for i in 0..self.entries.len() {
+                let rid = self.entries[i].request;
+                if self.requests[rid].is_some() {
+                    self.fail_request(rid, error.clone(), Some(sink));
+                }
+            }
+            return !self.by_key.is_empty();
+        }
+
+        let now = Instant::now();
+        for i in 0..self.entries.len() {
+            let entry = self.entries[i];
+            let sampled = self.out.samples.get(i).copied().flatten();
+            if entry.prefill > 0 {
+                let Some(req) = self.requests[entry.request].as_mut() else {
+                    continue;
+                };
+                req.prefilled += entry.prefill;
+                let done = req.prefilled == req.prefill_target;
+                let forks = req.n_samples > 1;
+                self.seqs[entry.slot as usize].len += entry.prefill;
+                if done {
+                    if forks {
+                        if let Err(e) = self.fork_samples(entry.request) {
+                            self.fail_request(entry.request, e, Some(sink));
+                        }
+                    } else {
+                        if let Some(req) = self.requests[entry.request].as_mut() {
+                            req.phase = Phase::Decode;
+                        }
+                        self.seqs[entry.slot as usize].decoding = true;
+                        if let Some(tok) = sampled {
+                            self.accept_token(entry.slot, tok, now, sink);
+                        }
+                    }
+                }
+            } else {
+                self.seqs[entry.slot as usize].len += 1;
+                if let Some(tok) = sampled {
+                    self.accept_token(entry.slot, tok, now, sink);
+                }
+            }
+        }
+        !self.by_key.is_empty()
+    }
+
+    fn finish_all(&mut self, reason: FinishReason, sink: &mut dyn EventSink) {
+        for rid in 0..self.requests.len() {
+            let Some(req) = self.requests[rid].as_ref() else {
+                continue;
+            };
+            if req.phase == Phase::Queued {
+                let key = req.key;
+                let timings = self.timings(req, None);
+                for sample in 0..req.n_samples {
+                    sink.emit(EngineEvent::Done {
+                        key,
+                        sample,
+                        reason,
+                        timings,
+                    });
+                }
+                self.remove_request(rid);
+                continue;
+            }
+            for i in 0..req.slots.len() {
+                let slot = match self.requests[rid].as_ref() {
+                    Some(r) => r.slots[i],
+                    None => break,
+                };
+                if self.seqs[slot as usize].active && self.seqs[slot as usize].request == rid {
+                    self.finish_sample(slot, reason, false, sink);
+                }
+            }
+        }
+        self.cancelled.clear();
+    }
+
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            model: self.name.clone(),
+            architecture: format!("{:?}", self.config.architecture),
+            backend: self.backend_name.clone(),
+            device: self.device.clone(),
+            max_context: self.limits.max_context as u32,
+            kv_pages_total: self.limits.num_pages as u32,
+            kv_page_tokens: self.limits.page_tokens as u32,
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.by_key.len()
+    }
+}

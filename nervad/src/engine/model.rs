@@ -1,0 +1,90 @@
+//! What the engine needs of a model besides its weights: token bytes, stop ids, and a way to
+//! turn text and chat messages into token ids.
+//!
+//! Kept apart from the loader so the engine can be driven by any model source (a loaded
+//! Hugging Face snapshot, or weights built in memory by tests).
+
+use super::detok::TokenTable;
+use crate::model::{ModelConfig, ModelWeights};
+
+/// Turns prompts into token ids.
+pub trait PromptEncoder: Send {
+    /// Tokenize `text`, adding special tokens as the tokenizer's post-processor says.
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+    /// Render a JSON array of chat messages with the generation prompt appended and tokenize it
+    /// (without adding special tokens again). `None` when the model has no chat template.
+    fn encode_chat(&self, messages_json: &str) -> Option<Result<Vec<u32>, String>>;
+}
+
+/// A model ready for the engine.
+pub struct EngineModel {
+    /// Name or path for status displays.
+    pub name: String,
+    /// Resolved configuration.
+    pub config: ModelConfig,
+    /// Weights (views over the checkpoint's memory map).
+    pub weights: ModelWeights,
+    /// Exact bytes of every token id.
+    pub tokens: TokenTable,
+    /// End-of-sequence ids (config and generation config together).
+    pub eos_token_ids: Vec<u32>,
+    /// Prompt tokenization.
+    pub prompts: Box<dyn PromptEncoder>,
+}
+
+impl std::fmt::Debug for EngineModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineModel")
+            .field("name", &self.name)
+            .field("architecture", &self.config.architecture)
+            .field("eos_token_ids", &self.eos_token_ids)
+            .finish()
+    }
+}
+
+/// Prompt encoding through a loaded model's tokenizer and chat template.
+struct LoadedPrompts {
+    tokenizer: crate::model::tokenizer::Tokenizer,
+    chat_template: Option<crate::model::chat_template::ChatTemplate>,
+}
+
+impl PromptEncoder for LoadedPrompts {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.tokenizer.encode(text, true).map_err(|e| e.to_string())
+    }
+
+    fn encode_chat(&self, messages_json: &str) -> Option<Result<Vec<u32>, String>> {
+        let template = self.chat_template.as_ref()?;
+        // Templates write their own special tokens (bos included), as transformers'
+        // `apply_chat_template(tokenize=True)` does with `add_special_tokens=False`.
+        Some(
+            template
+                .render(messages_json, true)
+                .and_then(|text| self.tokenizer.encode(&text, false))
+                .map_err(|e| e.to_string()),
+        )
+    }
+}
+
+impl EngineModel {
+    /// Everything the engine needs from a loaded Hugging Face snapshot.
+    pub fn from_loaded(model: crate::model::LoadedModel) -> Self {
+        let eos_token_ids = model.eos_token_ids();
+        let tok = &model.tokenizer;
+        let mut tokens = TokenTable::new(
+            (0..tok.len() as u32).map(|id| (tok.token_bytes(id), tok.is_special(id))),
+        );
+        tokens.set_strip_leading_space(tok.strips_leading_space());
+        EngineModel {
+            name: model.name,
+            config: model.config,
+            weights: model.weights,
+            tokens,
+            eos_token_ids,
+            prompts: Box::new(LoadedPrompts {
+                tokenizer: model.tokenizer,
+                chat_template: model.chat_template,
+            }),
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! Engine behaviour: state machine, stop conditions, detokenization, cancel/pause/drop,
+//! fairness, KV admission, and (with the real CPU backend) forked samples and seeds.
+
+mod engine_support;
+
+use engine_support::*;
+use nervad::engine::{
+    Engine, EngineOptions, FinishReason, InferenceEngine, Prompt, RequestError, SamplingParams,
+};
+
+fn scripted(script: &[u32]) -> Engine {
+    let backend = ScriptedBackend::new(scripted_limits(), script.to_vec());
+    Engine::new(
+        scripted_model(),
+        Box::new(backend),
+        EngineOptions::default(),
+    )
+}
+
+fn run(engine: &mut Engine, rec: &mut Recorder) {
+    let mut guard = 0;
+    while engine.step(rec) {
+        guard += 1;
+        assert!(guard < 1000, "engine did not finish");
+    }
+}
+
+fn bytes(s: &str) -> Vec<u32> {
+    s.bytes().map(u32::from).collect()
+}
+
+#[test]
+fn generates_streams_text_and_stops_at_max_tokens() {
+    let mut e = scripted(&[HELLO, u32::from(b' '), SNOWMAN, u32::from(b'!')]);
+    let mut rec = Recorder::default();
+    let k = key(1, 7);
+    e.submit(request(k, Prompt::Text("hi there".into()), 3))
+        .unwrap();
+    assert_eq!(e.in_flight(), 1);
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(k, 0), vec![HELLO, u32::from(b' '), SNOWMAN]);
+    assert_eq!(rec.text(k, 0), "hello ☃");
+    assert_eq!(rec.done(k, 0), vec![FinishReason::Length]);
+    assert_eq!(e.in_flight(), 0);
+    assert_eq!(
+        e.free_pages(),
+        scripted_limits().num_pages,
+        "pages returned"
+    );
+}
+
+#[test]
+fn eos_stops_unless_ignored_and_is_not_emitted() {
+    let script = [u32::from(b'a'), EOS, u32::from(b'b')];
+    let mut e = scripted(&script);
+    let mut rec = Recorder::default();
+    let k = key(1, 1);
+    e.submit(request(k, Prompt::Tokens(vec![5, 6]), 10))
+        .unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(k, 0), vec![u32::from(b'a')]);
+    assert_eq!(rec.done(k, 0), vec![FinishReason::Stop]);
+
+    let mut e = scripted(&script);
+    let mut rec = Recorder::default();
+    let mut r = request(k, Prompt::Tokens(vec![5, 6]), 3);
+    r.stop.ignore_eos = true;
+    e.submit(r).unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(k, 0), script.to_vec());
+    assert_eq!(rec.text(k, 0), "ab", "special tokens carry no text");
+    assert_eq!(rec.done(k, 0), vec![FinishReason::Length]);
+
+    let mut e = scripted(&script);
+    let mut rec = Recorder::default();
+    let mut r = request(k, Prompt::Tokens(vec![5, 6]), 10);
+    r.stop.stop_token_ids = vec![u32::from(b'a')];
+    e.submit(r).unwrap();
+    run(&mut e, &mut rec);
+    assert!(rec.tokens(k, 0).is_empty());
+    assert_eq!(rec.done(k, 0), vec![FinishReason::Stop]);
+}
+
+#[test]
+fn stop_string_across_token_boundaries() {
+    let mut script = bytes("ab S");
+    script.extend(bytes("TOP tail"));
+    let mut e = scripted(&script);
+    let mut rec = Recorder::default();
+    let k = key(2, 1);
+    let mut r = request(k, Prompt::Text("x".into()), 50);
+    r.stop.stop_strings = vec!["STOP".into(), "never".into()];
+    e.submit(r).unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(rec.text(k, 0), "ab ");
+    assert_eq!(rec.done(k, 0), vec![FinishReason::Stop]);
+}
+
+#[test]
+fn utf8_is_never_split_across_text_events() {
+    // "é☃" as single bytes, one token each.
+    let script: Vec<u32> = "é☃x".bytes().map(u32::from).collect();
+    let mut e = scripted(&script);
+    let mut rec = Recorder::default();
+    let k = key(3, 1);
+    e.submit(request(k, Prompt::Text("q".into()), script.len() as u32))
+        .unwrap();
+    run(&mut e, &mut rec);
+    let pieces: Vec<String> = rec
+        .events
+        .iter()
+        .filter_map(|ev| match ev {
+            Ev::Text(_, _, t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pieces, vec!["é", "☃", "x"]);
+}
+
+#[test]
+fn context_length_ends_generation() {
+    let backend = ScriptedBackend::new(
+        nervad::backend::BackendLimits {
+            max_context: 10,
+            ..scripted_limits()
+        },
+        vec![u32::from(b'z'); 20],
+    );
+    let mut e = Engine::new(
+        scripted_model(),
+        Box::new(backend),
+        EngineOptions::default(),
+    );
+    let mut rec = Recorder::default();
+    let k = key(1, 1);
+    e.submit(request(k, Prompt::Tokens(vec![1; 6]), 100))
+        .unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(k, 0).len(), 4);
+    assert_eq!(rec.done(k, 0), vec![FinishReason::ContextLength]);
+    assert!(matches!(
+        e.submit(request(key(1, 2), Prompt::Tokens(vec![1; 10]), 1)),
+        Err(RequestError::TooLong { .. })
+    ));
+}
+
+#[test]
+fn bad_requests_are_refused_cleanly() {
+    let mut e = scripted(&[]);
+    let k = key(1, 1);
+    assert!(matches!(
+        e.submit(request(k, Prompt::Tokens(vec![]), 5)),
+        Err(RequestError::InvalidPrompt(_))
+    ));
+    assert_eq!(
+        e.submit(request(k, Prompt::Tokens(vec![VOCAB as u32]), 5)),
+        Err(RequestError::BadToken(VOCAB as u32))
+    );
+    assert!(matches!(
+        e.submit(request(k, Prompt::Tokens(vec![1]), 0)),
+        Err(RequestError::InvalidParameter(_))
+    ));
+    let mut r = request(k, Prompt::Tokens(vec![1]), 5);
+    r.n_samples = 0;
+    assert!(e.submit(r).is_err());
+    let mut r = request(k, Prompt::Tokens(vec![1]), 5);
+    r.sampling.top_p = 2.0;
+    assert!(e.submit(r).is_err());
+    let r = request(k, Prompt::Chat("not json".into()), 5);
+    assert!(matches!(e.submit(r), Err(RequestError::InvalidPrompt(_))));
+    e.submit(request(k, Prompt::Tokens(vec![1]), 5)).unwrap();
+    assert_eq!(
+        e.submit(request(k, Prompt::Tokens(vec![1]), 5)),
+        Err(RequestError::DuplicateTag)
+    );
+    assert_eq!(e.in_flight(), 1);
+}
+
+#[test]
+fn chat_prompt_goes_through_the_template() {
+    let mut e = scripted(&[u32::from(b'k')]);
+    let mut rec = Recorder::default();
+    let k = key(1, 1);
+    e.submit(request(
+        k,
+        Prompt::Chat(r#"[{"role":"user","content":"hey"}]"#.into()),
+        1,
+    ))
+    .unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(rec.text(k, 0), "k");
+}
+
+#[test]
+fn cancel_pause_drop_and_finish_all() {
+    let mut e = scripted(&[u32::from(b'a'); 40]);
+    let mut rec = Recorder::default();
+    let (a, b, c) = (key(1, 1), key(2, 1), key(3, 1));
+    for k in [a, b, c] {
+        e.submit(request(k, Prompt::Tokens(vec![1, 2, 3]), 30))
+            .unwrap();
+    }
+    e.step(&mut rec);
+    e.step(&mut rec);
+    e.cancel(a);
+    e.set_paused(b.client, true);
+    e.drop_client(c.client);
+    let before_b = rec.tokens(b, 0).len();
+    for _ in 0..5 {
+        e.step(&mut rec);
+    }
+    assert_eq!(rec.done(a, 0), vec![FinishReason::Cancelled]);
+    assert_eq!(
+        rec.tokens(b, 0).len(),
+        before_b,
+        "paused client makes no progress"
+    );
+    assert!(rec.done(c, 0).is_empty(), "dropped client gets no events");
+    assert_eq!(e.in_flight(), 1);
+    e.set_paused(b.client, false);
+    e.step(&mut rec);
+    assert_eq!(rec.tokens(b, 0).len(), before_b + 1);
+    e.finish_all(FinishReason::Shutdown, &mut rec);
+    assert_eq!(rec.done(b, 0), vec![FinishReason::Shutdown]);
+    assert_eq!(e.in_flight(), 0);
+    assert_eq!(e.free_pages(), scripted_limits().num_pages);
+}
+
+#[test]
+fn cancel_while_queued_and_queue_when_out_of_pages() {
+    // 32 pages of 4 tokens; each request needs 64/4 = 16 pages (prompt 4 + 60 tokens).
+    let mut e = scripted(&[u32::from(b'a'); 100]);
+    let mut rec = Recorder::default();
+    let ks: Vec<_> = (0..4).map(|i| key(i, 1)).collect();
+    for &k in &ks {
+        e.submit(request(k, Prompt::Tokens(vec![1; 4]), 60))
+            .unwrap();
+    }
+    e.step(&mut rec);
+    assert_eq!(e.free_pages(), 0, "two admitted, two queued");
+    e.cancel(ks[3]);
+    e.step(&mut rec);
+    assert_eq!(rec.done(ks[3], 0), vec![FinishReason::Cancelled]);
+    run(&mut e, &mut rec);
+    for &k in &ks[..3] {
+        assert_eq!(rec.done(k, 0), vec![FinishReason::Length]);
+        assert_eq!(rec.tokens(k, 0).len(), 60);
+    }
+    // A request larger than the whole pool is refused up front.
+    let mut big = request(key(9, 1), Prompt::Tokens(vec![1; 4]), 60);
+    big.n_samples = 3;
+    assert!(matches!(e.submit(big), Err(RequestError::TooLong { .. })));
+}
+
+#[test]
+fn prefill_is_chunked_and_shared_round_robin() {
+    let mut e = scripted(&[u32::from(b'a'); 4]);
+    let mut rec = Recorder::default();
+    // Budget 16 tokens per step; two clients with 30-token prompts.
+    let (a, b) = (key(1, 1), key(2, 1));
+    e.submit(request(a, Prompt::Tokens(vec![1; 30]), 2))
+        .unwrap();
+    e.submit(request(b, Prompt::Tokens(vec![1; 30]), 2))
+        .unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(a, 0).len(), 2);
+    assert_eq!(rec.tokens(b, 0).len(), 2);
+}
+
+/// With the real CPU backend: n samples forked from one prompt give exactly what separate
+/// single-sample requests with seeds `seed + i` give, whatever else runs in the batch.
+#[test]
+fn forked_samples_match_single_requests_and_seeds_are_batch_independent() {
+    let options = EngineOptions {
+        max_batch: 6,
+        kv_budget_bytes: 2 * 2 * 16 * 4 * 64 * 8,
+        threads: 2,
+        max_step_tokens: 16,
+        page_tokens: 4,
+        ..EngineOptions::default()
+    };
+    let sampling = SamplingParams {
+        temperature: 0.9,
+        top_p: 0.95,
+        top_k: 50,
+        repetition_penalty: 1.1,
+        seed: 1234,
+        ..SamplingParams::default()
+    };
+    let prompt: Vec<u32> = (10..23).collect();
+    let mut forked = Engine::with_cpu_backend(model(5), options).unwrap();
+    let mut rec = Recorder::default();
+    let k = key(1, 1);
+    let mut r = request(k, Prompt::Tokens(prompt.clone()), 12);
+    r.sampling = sampling;
+    r.n_samples = 3;
+    r.stop.ignore_eos = true;
+    forked.submit(r).unwrap();
+    // Noise in the same batches: another client with a different prompt.
+    let noise = key(2, 1);
+    let mut r = request(noise, Prompt::Tokens(vec![3, 1, 4, 1, 5]), 20);
+    r.sampling = SamplingParams {
+        temperature: 1.0,
+        seed: 9,
+        ..SamplingParams::default()
+    };
+    forked.submit(r).unwrap();
+    run(&mut forked, &mut rec);
+
+    for i in 0..3u16 {
+        let mut single = Engine::with_cpu_backend(model(5), options).unwrap();
+        let mut rec1 = Recorder::default();
+        let mut r = request(k, Prompt::Tokens(prompt.clone()), 12);
+        r.sampling = SamplingParams {
+            seed: sampling.seed + u64::from(i),
+            ..sampling
+        };
+        r.stop.ignore_eos = true;
+        single.submit(r).unwrap();
+        run(&mut single, &mut rec1);
+        let got = rec.tokens(k, i);
+        assert_eq!(got.len(), 12);
+        assert_eq!(got, rec1.tokens(k, 0), "sample {i}");
+    }
+    assert_ne!(rec.tokens(k, 0), rec.tokens(k, 1), "different seeds differ");
+}
+
+/// Greedy through the engine equals greedy through the backend directly.
+#[test]
+fn greedy_engine_matches_teacher_forced_argmax() {
+    let options = EngineOptions {
+        max_batch: 2,
+        kv_budget_bytes: 1 << 20,
+        threads: 2,
+        max_step_tokens: 8,
+        page_tokens: 4,
+        ..EngineOptions::default()
+    };
+    let mut e = Engine::with_cpu_backend(model(6), options).unwrap();
+    let mut rec = Recorder::default();
+    let k = key(1, 1);
+    let prompt: Vec<u32> = vec![7, 8, 9, 10, 11];
+    let mut r = request(k, Prompt::Tokens(prompt.clone()), 6);
+    r.stop.ignore_eos = true;
+    r.sampling.top_logprobs = 2;
+    e.submit(r).unwrap();
+    run(&mut e, &mut rec);
+    let generated = rec.tokens(k, 0);
+    let mut all = prompt.clone();
+    all.extend(&generated);
+    let logits = e.prompt_logits(&all).unwrap();
+    for (i, &tok) in generated.iter().enumerate() {
+        let row = &logits[(prompt.len() - 1 + i) * VOCAB..(prompt.len() + i) * VOCAB];
+        let arg = row
+            .iter()
+            .enumerate()
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |a, (j, &v)| if v > a.1 { (j, v) } else { a },
+            )
+            .0;
+        assert_eq!(tok as usize, arg, "step {i}");
+    }
+    let tops = rec
+        .events
+        .iter()
+        .filter(|e| matches!(e, Ev::Top(..)))
+        .count();
+    assert_eq!(tops, generated.len());
+}

@@ -1,0 +1,359 @@
+//! Shared fixtures of the engine tests: a tiny random model in memory, a byte-level test
+//! vocabulary, a scripted backend (test double) and an event recorder.
+#![allow(dead_code)]
+
+use std::time::Instant;
+
+use nervad::backend::{
+    Backend, BackendError, BackendInfo, BackendLimits, SampledToken, SeqStep, StepOutput,
+    validate_step,
+};
+use nervad::engine::{
+    ClientId, EngineEvent, EngineModel, EventSink, FinishReason, GenerateRequest, Prompt,
+    PromptEncoder, RequestKey, SamplingParams, StopConditions, TokenTable,
+};
+use nervad::model::{
+    Architecture, Attention, DType, DecoderLayer, Linear, Mlp, ModelConfig, ModelWeights,
+    RopeScaling, Tensor,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub const EOS: u32 = 256;
+pub const IM_START: u32 = 257;
+pub const HELLO: u32 = 258;
+pub const SNOWMAN: u32 = 259;
+pub const VOCAB: usize = 264;
+
+pub fn config() -> ModelConfig {
+    ModelConfig {
+        architecture: Architecture::Qwen3,
+        vocab_size: VOCAB,
+        hidden_size: 32,
+        intermediate_size: 48,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 8,
+        rms_norm_eps: 1e-6,
+        rope_theta: 10000.0,
+        rope_scaling: RopeScaling::None,
+        max_position_embeddings: 128,
+        tie_word_embeddings: true,
+        attention_bias: false,
+        o_proj_bias: false,
+        mlp_bias: false,
+        qk_norm: true,
+        sliding_window: None,
+        dtype: DType::BF16,
+        bos_token_id: None,
+        eos_token_ids: vec![EOS],
+    }
+}
+
+pub fn weights(c: &ModelConfig, seed: u64) -> ModelWeights {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut t = |shape: Vec<usize>, scale: f32, offset: f32| {
+        let n: usize = shape.iter().product();
+        let bits: Vec<u16> = (0..n)
+            .map(|_| {
+                half::bf16::from_f32(offset + scale * (rng.random::<f32>() * 2.0 - 1.0)).to_bits()
+            })
+            .collect();
+        Tensor::from_bits16(DType::BF16, shape, &bits)
+    };
+    let (h, qd, kvd, i) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
+    let embed = t(vec![c.vocab_size, h], 1.0, 0.0);
+    let layers = (0..c.num_hidden_layers)
+        .map(|_| DecoderLayer {
+            input_layernorm: t(vec![h], 0.1, 1.0),
+            self_attn: Attention {
+                q_proj: Linear {
+                    weight: t(vec![qd, h], 0.3, 0.0),
+                    bias: None,
+                },
+                k_proj: Linear {
+                    weight: t(vec![kvd, h], 0.3, 0.0),
+                    bias: None,
+                },
+                v_proj: Linear {
+                    weight: t(vec![kvd, h], 0.3, 0.0),
+                    bias: None,
+                },
+                o_proj: Linear {
+                    weight: t(vec![h, qd], 0.3, 0.0),
+                    bias: None,
+                },
+                q_norm: Some(t(vec![c.head_dim], 0.1, 1.0)),
+                k_norm: Some(t(vec![c.head_dim], 0.1, 1.0)),
+            },
+            post_attention_layernorm: t(vec![h], 0.1, 1.0),
+            mlp: Mlp {
+                gate_proj: Linear {
+                    weight: t(vec![i, h], 0.3, 0.0),
+                    bias: None,
+                },
+                up_proj: Linear {
+                    weight: t(vec![i, h], 0.3, 0.0),
+                    bias: None,
+                },
+                down_proj: Linear {
+                    weight: t(vec![h, i], 0.3, 0.0),
+                    bias: None,
+                },
+            },
+        })
+        .collect();
+    let norm = t(vec![h], 0.1, 1.0);
+    ModelWeights {
+        lm_head: embed.clone(),
+        embed_tokens: embed,
+        layers,
+        norm,
+    }
+}
+
+/// Bytes → byte tokens; chat = `<|im_start|>` + the concatenated contents.
+pub struct ByteEncoder;
+
+impl PromptEncoder for ByteEncoder {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        Ok(text.bytes().map(u32::from).collect())
+    }
+
+    fn encode_chat(&self, messages_json: &str) -> Option<Result<Vec<u32>, String>> {
+        let v: serde_json::Value = match serde_json::from_str(messages_json) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        let Some(msgs) = v.as_array() else {
+            return Some(Err("messages must be an array".into()));
+        };
+        let mut out = vec![IM_START];
+        for m in msgs {
+            let Some(c) = m.get("content").and_then(|c| c.as_str()) else {
+                return Some(Err("message without content".into()));
+            };
+            out.extend(c.bytes().map(u32::from));
+        }
+        Some(Ok(out))
+    }
+}
+
+pub fn token_table() -> TokenTable {
+    let bytes: Vec<[u8; 1]> = (0..=255u8).map(|b| [b]).collect();
+    let mut entries: Vec<(&[u8], bool)> = bytes.iter().map(|b| (&b[..], false)).collect();
+    entries.push((b"<eos>", true));
+    entries.push((b"<|im_start|>", true));
+    entries.push((b"hello", false));
+    entries.push(("☃".as_bytes(), false));
+    TokenTable::new(entries)
+}
+
+pub fn model(seed: u64) -> EngineModel {
+    let c = config();
+    EngineModel {
+        name: "test-tiny".into(),
+        weights: weights(&c, seed),
+        config: c,
+        tokens: token_table(),
+        eos_token_ids: vec![EOS],
+        prompts: Box::new(ByteEncoder),
+    }
+}
+
+pub fn key(client: u32, tag: u64) -> RequestKey {
+    RequestKey {
+        client: ClientId {
+            slot: client,
+            generation: 0,
+        },
+        tag,
+    }
+}
+
+pub fn request(k: RequestKey, prompt: Prompt, max_tokens: u32) -> GenerateRequest {
+    GenerateRequest {
+        key: k,
+        prompt,
+        sampling: SamplingParams::default(),
+        max_tokens,
+        stop: StopConditions::default(),
+        n_samples: 1,
+        priority: 0,
+        received_at: Instant::now(),
+    }
+}
+
+/// Owned copy of an event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ev {
+    Tokens(RequestKey, u16, Vec<u32>, Vec<f32>),
+    Top(RequestKey, u16, Vec<u32>),
+    Text(RequestKey, u16, String),
+    Done(RequestKey, u16, FinishReason, u32),
+    Error(RequestKey, String),
+}
+
+#[derive(Debug, Default)]
+pub struct Recorder {
+    pub events: Vec<Ev>,
+}
+
+impl EventSink for Recorder {
+    fn emit(&mut self, event: EngineEvent<'_>) {
+        self.events.push(match event {
+            EngineEvent::Tokens {
+                key,
+                sample,
+                ids,
+                logprobs,
+            } => Ev::Tokens(key, sample, ids.to_vec(), logprobs.to_vec()),
+            EngineEvent::TopLogprobs {
+                key, sample, ids, ..
+            } => Ev::Top(key, sample, ids.to_vec()),
+            EngineEvent::Text { key, sample, text } => {
+                assert!(!text.is_empty(), "empty text event");
+                Ev::Text(key, sample, text.to_string())
+            }
+            EngineEvent::Done {
+                key,
+                sample,
+                reason,
+                timings,
+            } => Ev::Done(key, sample, reason, timings.generated_tokens),
+            EngineEvent::Error { key, error } => Ev::Error(key, error.to_string()),
+        });
+    }
+}
+
+impl Recorder {
+    pub fn tokens(&self, k: RequestKey, sample: u16) -> Vec<u32> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Ev::Tokens(kk, s, ids, _) if *kk == k && *s == sample => Some(ids.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    pub fn text(&self, k: RequestKey, sample: u16) -> String {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Ev::Text(kk, s, t) if *kk == k && *s == sample => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn done(&self, k: RequestKey, sample: u16) -> Vec<FinishReason> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Ev::Done(kk, s, r, _) if *kk == k && *s == sample => Some(*r),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A backend that "samples" a fixed script per sequence (token i of the script at the i-th
+/// sample of the slot), checks every step against its limits, and tracks which sequence wrote
+/// each KV position so the engine's page handling is checked too.
+pub struct ScriptedBackend {
+    pub limits: BackendLimits,
+    pub script: Vec<u32>,
+    /// Per slot: next script index.
+    counters: Vec<usize>,
+    pub steps: Vec<Vec<(u32, usize, u32)>>,
+}
+
+impl ScriptedBackend {
+    pub fn new(limits: BackendLimits, script: Vec<u32>) -> Self {
+        ScriptedBackend {
+            counters: vec![0; limits.max_seqs],
+            limits,
+            script,
+            steps: Vec::new(),
+        }
+    }
+}
+
+impl Backend for ScriptedBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: "test".into(),
+            device: "script".into(),
+        }
+    }
+    fn limits(&self) -> BackendLimits {
+        self.limits
+    }
+    fn start_sequence(
+        &mut self,
+        slot: u32,
+        _: &SamplingParams,
+        _: u64,
+        _: &[u32],
+    ) -> Result<(), BackendError> {
+        self.counters[slot as usize] = 0;
+        Ok(())
+    }
+    fn fork_sequence(
+        &mut self,
+        src: u32,
+        dst: u32,
+        _: &SamplingParams,
+        _: u64,
+    ) -> Result<(), BackendError> {
+        self.counters[dst as usize] = self.counters[src as usize];
+        Ok(())
+    }
+    fn copy_page(&mut self, _: u32, _: u32) -> Result<(), BackendError> {
+        Ok(())
+    }
+    fn step(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
+        validate_step(&self.limits, VOCAB, batch)?;
+        self.steps.push(
+            batch
+                .iter()
+                .map(|s| (s.slot, s.tokens.len(), s.start_pos))
+                .collect(),
+        );
+        out.samples.clear();
+        for s in batch {
+            if s.sample {
+                let c = &mut self.counters[s.slot as usize];
+                let token = self.script.get(*c).copied().unwrap_or(u32::from(b'.'));
+                *c += 1;
+                out.samples.push(Some(SampledToken {
+                    token,
+                    logprob: -0.5,
+                    ..SampledToken::default()
+                }));
+            } else {
+                out.samples.push(None);
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn scripted_limits() -> BackendLimits {
+    BackendLimits {
+        max_seqs: 4,
+        max_step_tokens: 16,
+        page_tokens: 4,
+        num_pages: 32,
+        max_context: 64,
+    }
+}
+
+pub fn scripted_model() -> EngineModel {
+    let mut m = model(1);
+    m.config.max_position_embeddings = 64;
+    m
+}

@@ -751,6 +751,10 @@ int nerva_client_submit_chat(struct nerva_client *client,
  * invalidates) stay valid until the next `nerva_client_poll` or `nerva_client_close` on this
  * client.
  *
+ * `events` need not be initialized; only the first `*n_out` entries are written. A caller that
+ * polls slowly leaves completions in the shared ring, which makes the daemon pause this
+ * client's streams (no event is ever dropped).
+ *
  * Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (`events` NULL with `cap` > 0, `n_out` NULL),
  * NERVA_E_DAEMON_GONE (after the last event the daemon sent was handed out), NERVA_E_PROTOCOL.
  * `*n_out` is 0 on failure.

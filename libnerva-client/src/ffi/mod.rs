@@ -7,7 +7,8 @@
 //! the C names, so this module allows non-camel-case types.
 //!
 //! The C layer's `unsafe` is confined to dereferencing C pointers (`boundary`, `params`,
-//! `client`) and the handle's exclusive access (`boundary::Exclusive`).
+//! `client`), the handle's exclusive access (`boundary::Exclusive`) and setting `errno`
+//! (`status`).
 #![allow(non_camel_case_types)]
 
 mod boundary;

@@ -656,8 +656,9 @@ extern "C" {
 /**
  * Connect to nervad and create a client.
  *
- * `socket_path`: NUL-terminated path of the daemon's socket, or NULL for the default
- * (`$XDG_RUNTIME_DIR/nerva/nervad.sock`, else `/run/nerva/nervad.sock`).
+ * `socket_path`: NUL-terminated path of the daemon's socket, or NULL for the default:
+ * `$NERVA_SOCKET` if set, else `$XDG_RUNTIME_DIR/nerva/nervad.sock`, else
+ * `/run/nerva/nervad.sock` (the daemon's default too).
  * `out`: receives the new client on success and NULL on failure.
  *
  * Returns NERVA_OK, or NERVA_E_INVALID_ARGUMENT (`out` NULL, empty path), NERVA_E_NO_DAEMON,

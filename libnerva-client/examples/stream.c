@@ -3,8 +3,8 @@
  *
  *   usage: stream [SOCKET [PROMPT [MAX_TOKENS]]]
  *
- * SOCKET: the daemon's socket; empty or absent means $NERVA_SOCKET, then the library default
- * ($XDG_RUNTIME_DIR/nerva/nervad.sock, else /run/nerva/nervad.sock).
+ * SOCKET: the daemon's socket; empty or absent means the library's default ($NERVA_SOCKET, else
+ * $XDG_RUNTIME_DIR/nerva/nervad.sock, else /run/nerva/nervad.sock).
  *
  * The generated text goes to stdout as it arrives; the finish reason and the request's timings
  * go to stderr. Exit status: 0 when the generation finished (stop or length), 1 otherwise.
@@ -39,7 +39,7 @@ static int fail(const char *what, int rc) {
 }
 
 int main(int argc, char **argv) {
-    const char *socket_path = argc > 1 && argv[1][0] != '\0' ? argv[1] : getenv("NERVA_SOCKET");
+    const char *socket_path = argc > 1 && argv[1][0] != '\0' ? argv[1] : NULL;
     const char *prompt = argc > 2 ? argv[2] : "Once upon a time";
     long max_tokens = argc > 3 ? strtol(argv[3], NULL, 10) : 32;
     if (max_tokens < 1 || max_tokens > 100000) {

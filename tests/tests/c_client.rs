@@ -95,6 +95,15 @@ fn stream_example_in_c_streams_the_same_text_as_the_rust_api() {
         format!("{text}\n"),
         "C and Rust clients saw different text"
     );
+
+    // No socket argument: connect(NULL) finds the daemon through $NERVA_SOCKET.
+    let by_default = Command::new(&exe)
+        .env("NERVA_SOCKET", daemon.socket())
+        .args(["", prompt, &max_tokens.to_string()])
+        .output()
+        .expect("run the example");
+    assert_eq!(by_default.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&by_default.stdout), stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

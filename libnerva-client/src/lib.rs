@@ -64,6 +64,7 @@ mod client;
 mod connection;
 mod error;
 mod event;
+pub mod ffi;
 mod input_arena;
 mod params;
 mod text_assembly;

@@ -56,6 +56,12 @@ if [ "$build" = 1 ]; then
 fi
 
 artifacts=$target_dir/$profile_dir
+# cargo copies the libraries up from deps/ only when nerva-client itself was selected; a build
+# of a dependent crate (cargo test -p nerva-tests) leaves the newest ones in deps/.
+if [ -f "$artifacts/deps/libnerva_client.so" ] && { [ ! -f "$artifacts/libnerva_client.so" ] ||
+    [ "$artifacts/deps/libnerva_client.so" -nt "$artifacts/libnerva_client.so" ]; }; then
+    artifacts=$artifacts/deps
+fi
 for f in libnerva_client.so libnerva_client.a; do
     if [ ! -f "$artifacts/$f" ]; then
         echo "install.sh: $artifacts/$f not found (build it, or drop --no-build)" >&2

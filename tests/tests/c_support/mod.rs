@@ -24,15 +24,27 @@ pub fn profile_dir() -> PathBuf {
 
 /// The library cargo built for this test run (`libnerva_client.so` or `.a`). nerva-client is
 /// a dependency of this crate, so cargo builds every crate type it declares (rlib, cdylib,
-/// staticlib) and places them in `target/<profile>/`.
+/// staticlib) into `target/<profile>/deps/`; it copies them up to `target/<profile>/` only when
+/// nerva-client itself is selected (`cargo test --workspace`, not `-p nerva-tests`). Take the
+/// newer of the two so a stale copy from an earlier build never wins.
 pub fn built_library(file_name: &str) -> PathBuf {
-    let path = profile_dir().join(file_name);
-    assert!(
-        path.is_file(),
-        "{} not found: build nerva-client first (cargo test -p nerva-tests builds it)",
-        path.display()
-    );
-    path
+    let profile = profile_dir();
+    let candidates = [
+        profile.join(file_name),
+        profile.join("deps").join(file_name),
+    ];
+    candidates
+        .iter()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(modified, _)| *modified)
+        .map(|(_, p)| p.clone())
+        .unwrap_or_else(|| {
+            panic!(
+                "{file_name} not found in {} or its deps/: build nerva-client first \
+                 (cargo test -p nerva-tests builds it)",
+                profile.display()
+            )
+        })
 }
 
 /// The system C compiler (`$CC`, else `cc`).

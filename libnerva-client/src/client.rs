@@ -437,7 +437,7 @@ impl Client {
     pub fn poll_with(&mut self, mut f: impl FnMut(EventRef<'_>)) -> Result<usize> {
         let mut n = 0;
         while let Some(e) = self.pending.pop_front() {
-            f(as_ref(&e));
+            f(e.to_ref());
             n += 1;
         }
         if self.gone {
@@ -703,61 +703,6 @@ impl Client {
             }
         }
         Ok(1)
-    }
-}
-
-fn as_ref(e: &Event) -> EventRef<'_> {
-    match e {
-        Event::Tokens {
-            tag,
-            sample,
-            ids,
-            logprobs,
-        } => EventRef::Tokens {
-            tag: *tag,
-            sample: *sample,
-            ids,
-            logprobs,
-        },
-        Event::TopLogprobs {
-            tag,
-            sample,
-            position,
-            ids,
-            logprobs,
-        } => EventRef::TopLogprobs {
-            tag: *tag,
-            sample: *sample,
-            position: *position,
-            ids,
-            logprobs,
-        },
-        Event::Text { tag, sample, text } => EventRef::Text {
-            tag: *tag,
-            sample: *sample,
-            text,
-        },
-        Event::Done {
-            tag,
-            sample,
-            reason,
-            timings,
-        } => EventRef::Done {
-            tag: *tag,
-            sample: *sample,
-            reason: *reason,
-            timings: *timings,
-        },
-        Event::Error {
-            tag,
-            status,
-            detail,
-        } => EventRef::Error {
-            tag: *tag,
-            status: *status,
-            detail,
-        },
-        Event::Shutdown => EventRef::Shutdown,
     }
 }
 

@@ -250,6 +250,62 @@ impl Event {
             Event::Shutdown => None,
         }
     }
+
+    /// Borrow this owned event as an [`EventRef`].
+    pub fn to_ref(&self) -> EventRef<'_> {
+        match self {
+            Event::Tokens {
+                tag,
+                sample,
+                ids,
+                logprobs,
+            } => EventRef::Tokens {
+                tag: *tag,
+                sample: *sample,
+                ids,
+                logprobs,
+            },
+            Event::TopLogprobs {
+                tag,
+                sample,
+                position,
+                ids,
+                logprobs,
+            } => EventRef::TopLogprobs {
+                tag: *tag,
+                sample: *sample,
+                position: *position,
+                ids,
+                logprobs,
+            },
+            Event::Text { tag, sample, text } => EventRef::Text {
+                tag: *tag,
+                sample: *sample,
+                text,
+            },
+            Event::Done {
+                tag,
+                sample,
+                reason,
+                timings,
+            } => EventRef::Done {
+                tag: *tag,
+                sample: *sample,
+                reason: *reason,
+                timings: *timings,
+            },
+            Event::Error {
+                tag,
+                status,
+                detail,
+            } => EventRef::Error {
+                tag: *tag,
+                status: *status,
+                detail,
+            },
+            Event::Shutdown => EventRef::Shutdown,
+        }
+    }
 }
 
 /// The status code of an `Error` event, if this version knows it.

@@ -207,7 +207,7 @@ impl<'a> EventSink<'a> {
                 return;
             };
             // A token run only partly delivered goes back to the front: it is the oldest.
-            self.deliver(borrow(&event), Spill::Front);
+            self.deliver(event.to_ref(), Spill::Front);
         }
     }
 
@@ -384,62 +384,6 @@ enum Spill {
     Front,
     /// It is the newest event.
     Back,
-}
-
-/// Borrow an owned event as the Rust API's `EventRef`.
-fn borrow(event: &Event) -> EventRef<'_> {
-    match event {
-        Event::Tokens {
-            tag,
-            sample,
-            ids,
-            logprobs,
-        } => EventRef::Tokens {
-            tag: *tag,
-            sample: *sample,
-            ids,
-            logprobs,
-        },
-        Event::TopLogprobs {
-            tag,
-            sample,
-            position,
-            ids,
-            logprobs,
-        } => EventRef::TopLogprobs {
-            tag: *tag,
-            sample: *sample,
-            position: *position,
-            ids,
-            logprobs,
-        },
-        Event::Text { tag, sample, text } => EventRef::Text {
-            tag: *tag,
-            sample: *sample,
-            text,
-        },
-        Event::Done {
-            tag,
-            sample,
-            reason,
-            timings,
-        } => EventRef::Done {
-            tag: *tag,
-            sample: *sample,
-            reason: *reason,
-            timings: *timings,
-        },
-        Event::Error {
-            tag,
-            status,
-            detail,
-        } => EventRef::Error {
-            tag: *tag,
-            status: *status,
-            detail,
-        },
-        Event::Shutdown => EventRef::Shutdown,
-    }
 }
 
 #[cfg(test)]

@@ -157,6 +157,7 @@ struct RingMemory<T> {
 unsafe impl<T: Pod> Send for RingMemory<T> {}
 
 impl<T: Pod> RingMemory<T> {
+    #[inline]
     fn header(&self) -> &RingHeader {
         #[cfg(not(loom))]
         {
@@ -175,6 +176,7 @@ impl<T: Pod> RingMemory<T> {
     /// # Safety
     /// Only the producer calls this, and only for an entry the consumer has released
     /// (`index - consumer < capacity` with `consumer` loaded with Acquire).
+    #[inline]
     unsafe fn write(&self, index: u32, value: T) {
         let slot = (index & self.mask) as usize;
         #[cfg(not(loom))]
@@ -196,6 +198,7 @@ impl<T: Pod> RingMemory<T> {
     /// # Safety
     /// Only the consumer calls this, and only for an entry the producer has published
     /// (`producer - index > 0` with `producer` loaded with Acquire).
+    #[inline]
     unsafe fn read(&self, index: u32) -> T {
         let slot = (index & self.mask) as usize;
         #[cfg(not(loom))]
@@ -445,6 +448,7 @@ impl<T: Pod> Producer<T> {
     }
 
     /// Reload the consumer index (one Acquire load), validating it.
+    #[inline]
     fn refresh(&mut self) -> Result<(), RingError> {
         // SYNC: pairs with the Release store in `Consumer::release`: everything the consumer
         // did with the slots it released (its reads) happens-before we overwrite them.
@@ -460,6 +464,7 @@ impl<T: Pod> Producer<T> {
 
     /// Free slots from the cached consumer index; reloads it only if fewer than `want` look
     /// free (so the common case touches no shared line).
+    #[inline]
     fn free_at_least(&mut self, want: u32) -> Result<u32, RingError> {
         let cap = self.memory.capacity;
         let used = self.tail.wrapping_sub(self.consumer_cache);
@@ -479,6 +484,7 @@ impl<T: Pod> Producer<T> {
 
     /// Write `value` into the next slot without publishing it; [`Producer::commit`] publishes
     /// every staged entry with one store.
+    #[inline(always)]
     pub fn stage(&mut self, value: T) -> Result<(), PushError<T>> {
         match self.free_at_least(1) {
             Ok(0) => return Err(PushError::Full(value)),
@@ -495,6 +501,7 @@ impl<T: Pod> Producer<T> {
 
     /// Stage as many of `values` as fit (reloading the consumer index at most once, and only
     /// if the cached one shows too little room) and return how many; does not publish.
+    #[inline]
     pub fn stage_slice(&mut self, values: &[T]) -> Result<usize, RingError> {
         let want = u32::try_from(values.len()).unwrap_or(u32::MAX);
         let free = self.free_at_least(want)? as usize;
@@ -508,6 +515,7 @@ impl<T: Pod> Producer<T> {
     }
 
     /// Publish every staged entry with a single Release store (no-op when nothing is staged).
+    #[inline(always)]
     pub fn commit(&mut self) {
         if self.tail != self.committed {
             // SYNC: pairs with the Acquire load in `Consumer::refresh`: the slot writes above
@@ -534,6 +542,7 @@ impl<T: Pod> Producer<T> {
     }
 
     /// Stage and commit one entry.
+    #[inline(always)]
     pub fn push(&mut self, value: T) -> Result<(), PushError<T>> {
         self.stage(value)?;
         self.commit();
@@ -541,6 +550,7 @@ impl<T: Pod> Producer<T> {
     }
 
     /// Stage as many of `values` as fit and commit them with one store; returns how many.
+    #[inline]
     pub fn push_slice(&mut self, values: &[T]) -> Result<usize, RingError> {
         let n = self.stage_slice(values)?;
         self.commit();
@@ -578,6 +588,7 @@ impl<T: Pod> Consumer<T> {
     }
 
     /// Reload the producer index (one Acquire load), validating it.
+    #[inline]
     fn refresh(&mut self) -> Result<(), RingError> {
         // SYNC: pairs with the Release store in `Producer::commit`: the producer's slot writes
         // happen-before our reads of the entries it published.
@@ -589,6 +600,7 @@ impl<T: Pod> Consumer<T> {
 
     /// Entries ready from the cached producer index; reloads it only if fewer than `want`
     /// look ready (so the common case touches no shared line).
+    #[inline]
     fn ready_at_least(&mut self, want: u32) -> Result<u32, RingError> {
         let ready = self.producer_cache.wrapping_sub(self.head);
         debug_assert!(
@@ -610,10 +622,12 @@ impl<T: Pod> Consumer<T> {
 
     /// Whether an entry is available (refreshing if the ring looks empty). The doorbell's
     /// sleeper calls this as its re-check after announcing sleep.
+    #[inline]
     pub fn has_pending(&mut self) -> Result<bool, RingError> {
         Ok(self.ready_at_least(1)? > 0)
     }
 
+    #[inline(always)]
     fn release(&mut self) {
         // SYNC: pairs with the Acquire load in `Producer::refresh`: our reads of the released
         // slots happen-before the producer overwrites them.
@@ -624,6 +638,7 @@ impl<T: Pod> Consumer<T> {
     }
 
     /// Pop one entry (copied out once) and release its slot.
+    #[inline(always)]
     pub fn pop(&mut self) -> Result<Option<T>, RingError> {
         if self.ready_at_least(1)? == 0 {
             return Ok(None);
@@ -638,6 +653,7 @@ impl<T: Pod> Consumer<T> {
 
     /// Copy up to `out.len()` entries into `out` (refreshing at most once) and release them
     /// with one store. Returns how many were copied.
+    #[inline]
     pub fn pop_slice(&mut self, out: &mut [T]) -> Result<usize, RingError> {
         let want = u32::try_from(out.len()).unwrap_or(u32::MAX);
         let n = (self.ready_at_least(want)? as usize).min(out.len());
@@ -654,6 +670,7 @@ impl<T: Pod> Consumer<T> {
 
     /// Copy out up to `max` entries one at a time, handing each private copy to `f`, then
     /// release them all with one store. Returns how many were consumed.
+    #[inline]
     pub fn consume(&mut self, max: usize, mut f: impl FnMut(T)) -> Result<usize, RingError> {
         let want = u32::try_from(max).unwrap_or(u32::MAX);
         let n = (self.ready_at_least(want)? as usize).min(max);

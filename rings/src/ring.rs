@@ -638,6 +638,10 @@ impl<T: Pod> Consumer<T> {
     }
 
     /// Pop one entry (copied out once) and release its slot.
+    // Always inlined: out of line (or inlined late) the 64-byte entry travels through the
+    // caller's `Result<Option<T>, _>` temporaries of `.expect()`, two extra 128-byte copies
+    // with misaligned loads that fail store forwarding (16.7 vs 3.7 ns per push + pop in a
+    // single-thread loop).
     #[inline(always)]
     pub fn pop(&mut self) -> Result<Option<T>, RingError> {
         if self.ready_at_least(1)? == 0 {

@@ -185,18 +185,27 @@ fn thousand_connect_disconnect_cycles_do_not_grow_fds_or_rss() {
 fn peer_outside_the_access_policy_is_refused() {
     // Policy admitting only uid 4242: this process (any other uid) is refused.
     let daemon = Daemon::start(DAEMON, &["--allow-uid", "4242"]);
-    // Without the segment pool: the acceptor may still be filling it in the background.
-    let fds0 = daemon.fd_count_without_pool();
+    // Without the segment pool (the acceptor fills it in the background), and only once the
+    // count has held still for a moment: start-up may still hold a transient descriptor.
+    let mut fds0 = daemon.fd_count_without_pool();
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = daemon.fd_count_without_pool();
+        if now == fds0 {
+            break;
+        }
+        fds0 = now;
+    }
     let err = Client::connect(Some(daemon.socket())).expect_err("refused");
     assert_eq!(err.code(), ErrorCode::PermissionDenied, "{err}");
     println!("refused by policy: {err}");
     daemon.settle(Duration::from_secs(2), |d| {
-        d.fd_count_without_pool() == fds0
+        d.fd_count_without_pool() <= fds0
     });
-    assert_eq!(
-        daemon.fd_count_without_pool(),
-        fds0,
-        "a refused peer leaves nothing behind"
+    let fds1 = daemon.fd_count_without_pool();
+    assert!(
+        fds1 <= fds0,
+        "a refused peer leaves nothing behind: daemon fds {fds0} -> {fds1}"
     );
     drop(daemon);
 

@@ -82,16 +82,36 @@ impl WorkerPool {
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
-        let mut workers = Vec::with_capacity(threads - 1);
+        // Built up in place so that a failed spawn drops (and so shuts down) the workers
+        // already started.
+        let mut pool = WorkerPool {
+            shared,
+            workers: Vec::with_capacity(threads - 1),
+        };
+        let (ready_tx, ready) = std::sync::mpsc::channel();
         for id in 1..threads {
-            let shared = Arc::clone(&shared);
-            workers.push(
+            let shared = Arc::clone(&pool.shared);
+            let ready_tx = ready_tx.clone();
+            pool.workers.push(
                 std::thread::Builder::new()
                     .name(format!("nerva-cpu-{id}"))
-                    .spawn(move || worker_loop(&shared, id))?,
+                    .spawn(move || {
+                        // The runtime's per-thread set-up (which allocates) is done by now.
+                        let _ = ready_tx.send(());
+                        drop(ready_tx);
+                        worker_loop(&shared, id)
+                    })?,
             );
         }
-        Ok(WorkerPool { shared, workers })
+        drop(ready_tx);
+        // Return only once every worker runs: the pool is then ready to serve, and a step
+        // that follows construction never races a thread's start-up (or its allocations).
+        for _ in 1..threads {
+            ready
+                .recv()
+                .map_err(|_| std::io::Error::other("a CPU worker thread exited during start-up"))?;
+        }
+        Ok(pool)
     }
 
     /// Threads that run a job, the caller included.

@@ -230,6 +230,30 @@ impl<T: Pod> RingMemory<T> {
         }
     }
 
+    /// Hint the CPU to start fetching the slot of entry `index` into this core's cache.
+    ///
+    /// The consumer calls it just before it re-reads the producer index on an empty ring: the
+    /// slot's cache line then travels in parallel with the index's line instead of after it,
+    /// which takes one cache-line transfer off each one-way hop of a ping-pong. A prefetch is
+    /// only a hint: it never faults, never changes what a later load returns (coherence does
+    /// that), and the data it brings is not used until the Acquire load says it is published.
+    #[inline(always)]
+    fn prefetch(&self, index: u32) {
+        #[cfg(all(not(loom), target_arch = "x86_64"))]
+        {
+            let slot = (index & self.mask) as usize;
+            // SAFETY: `slot < capacity`, so the address is inside the slot memory; prefetch
+            // reads nothing architecturally and cannot fault.
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                    self.slots.as_ptr().add(slot).cast::<i8>(),
+                )
+            }
+        }
+        #[cfg(any(loom, not(target_arch = "x86_64")))]
+        let _ = index;
+    }
+
     /// Copy the entry `index` out of its slot (exactly one read of shared memory).
     ///
     /// # Safety
@@ -626,6 +650,12 @@ impl<T: Pod> Consumer<T> {
     /// Reload the producer index (one Acquire load), validating it.
     #[inline]
     fn refresh(&mut self) -> Result<(), RingError> {
+        if self.producer_cache == self.head {
+            // Empty as far as we know: the entry we wait for will land in the `head` slot.
+            // (Not when a batch wants more: that slot is already published and about to be
+            // read anyway, and a prefetch per call costs the batched path.)
+            self.memory.prefetch(self.head);
+        }
         // SYNC: pairs with the Release store in `Producer::commit`: the producer's slot writes
         // happen-before our reads of the entries it published.
         let producer = self.memory.header().producer.load(Ordering::Acquire);

@@ -8,7 +8,12 @@
 //!   indices each live on their own line);
 //! - futex: same two words, but the waiter blocks in `FUTEX_WAIT` and the writer always calls
 //!   `FUTEX_WAKE` (private futexes for threads, shared ones for processes);
-//! - eventfd: A `write`s B's eventfd and blocks in `read` on its own, and vice versa.
+//! - eventfd: A `write`s B's eventfd and blocks in `read` on its own, and vice versa;
+//! - eventfd after idle: A pauses 1 ms (untimed), then `write`s B's eventfd and busy-polls the
+//!   pong line; B has been blocked in `read` for that millisecond. One wake of a sleeper that
+//!   has really gone idle, plus one line transfer: the shape of the daemon's "from sleep" NOP
+//!   (`nervactl ping`), without the daemon. A wake after 1 ms idle can cost far more than a
+//!   wake inside a tight ping-pong, where the idle CPU has not gone into a deep sleep yet.
 //!
 //! Each sample is one round trip timed with one `Instant::now()` (its cost is printed).
 
@@ -42,7 +47,12 @@ enum Mechanism {
     BusyTwoLines,
     Futex,
     EventFd,
+    EventFdAfterIdle,
 }
+
+/// How long A pauses before each "after idle" round (long enough for the sleeping side's CPU
+/// to go idle, as the daemon's does between pings after its spin window).
+const IDLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Mechanism {
     fn label(self) -> &'static str {
@@ -51,6 +61,7 @@ impl Mechanism {
             Self::BusyTwoLines => "busy-poll, two lines",
             Self::Futex => "futex wait/wake",
             Self::EventFd => "eventfd read/write",
+            Self::EventFdAfterIdle => "eventfd wake after 1 ms idle, busy reply",
         }
     }
 }
@@ -92,6 +103,10 @@ fn measure(
         let mut samples = Vec::with_capacity(rounds as usize);
         let mut prev = Instant::now();
         for k in 1..=total {
+            if mech == Mechanism::EventFdAfterIdle {
+                std::thread::sleep(IDLE_PAUSE);
+                prev = Instant::now();
+            }
             match mech {
                 Mechanism::BusyOneLine => unreachable!("measured by cache_line_round_trips"),
                 Mechanism::BusyTwoLines => {
@@ -106,6 +121,10 @@ fn measure(
                 Mechanism::EventFd => {
                     to_b.signal(1).expect("eventfd write");
                     to_a.wait().expect("eventfd read");
+                }
+                Mechanism::EventFdAfterIdle => {
+                    to_b.signal(1).expect("eventfd write");
+                    spin_until(&mb.pong, k);
                 }
             }
             let now = Instant::now();
@@ -132,6 +151,10 @@ fn measure(
                 Mechanism::EventFd => {
                     to_b.wait().expect("eventfd read");
                     to_a.signal(1).expect("eventfd write");
+                }
+                Mechanism::EventFdAfterIdle => {
+                    to_b.wait().expect("eventfd read");
+                    mb.pong.store(k, Ordering::Release); // pairs with A's Acquire spin on pong
                 }
             }
         }
@@ -160,10 +183,14 @@ fn main() {
         Mechanism::BusyTwoLines,
         Mechanism::Futex,
         Mechanism::EventFd,
+        Mechanism::EventFdAfterIdle,
     ] {
         let busy = matches!(mech, Mechanism::BusyOneLine | Mechanism::BusyTwoLines);
         let rounds = if busy {
             args.pick(2_000_000, 20_000)
+        } else if mech == Mechanism::EventFdAfterIdle {
+            // Each round pauses 1 ms first.
+            args.pick(3_000, 200)
         } else {
             args.pick(200_000, 2_000)
         };

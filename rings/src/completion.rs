@@ -30,6 +30,7 @@
 
 use crate::pod::Pod;
 use crate::status::StatusCode;
+use crate::wire_bytes;
 
 /// Token ids (and logprobs) one `TOKENS` completion carries.
 pub const INLINE_TOKENS: usize = 6;
@@ -356,16 +357,13 @@ fn put_u64(p: &mut [u8; PAYLOAD], at: usize, v: u64) {
     p[at - P..at - P + 8].copy_from_slice(&v.to_le_bytes());
 }
 fn get_u16(p: &[u8; PAYLOAD], at: usize) -> u16 {
-    u16::from_le_bytes([p[at - P], p[at - P + 1]])
+    wire_bytes::u16_at(p, at - P)
 }
 fn get_u32(p: &[u8; PAYLOAD], at: usize) -> u32 {
-    let i = at - P;
-    u32::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3]])
+    wire_bytes::u32_at(p, at - P)
 }
 fn get_u64(p: &[u8; PAYLOAD], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&p[at - P..at - P + 8]);
-    u64::from_le_bytes(w)
+    wire_bytes::u64_at(p, at - P)
 }
 
 /// Split `text` into pieces of at most [`INLINE_TEXT_BYTES`] bytes, each ending on a
@@ -376,11 +374,8 @@ pub fn split_text(text: &str) -> impl Iterator<Item = &str> {
         if rest.is_empty() {
             return None;
         }
-        let mut end = rest.len().min(INLINE_TEXT_BYTES);
-        // A code point is at most 4 bytes, so this walks back at most 3 steps and never to 0.
-        while !rest.is_char_boundary(end) {
-            end -= 1;
-        }
+        // Never 0: a code point is at most 4 bytes, a piece up to INLINE_TEXT_BYTES.
+        let end = wire_bytes::floor_char_boundary(rest, INLINE_TEXT_BYTES);
         let (piece, tail) = rest.split_at(end);
         rest = tail;
         Some(piece)
@@ -446,10 +441,7 @@ impl Completion {
     pub fn error(tag: u64, seq: u32, status: StatusCode, detail: &str) -> Self {
         let mut c = Self::header(tag, EventKind::Error, 0, seq);
         put_u16(&mut c.payload, 16, status.as_u16());
-        let mut end = detail.len().min(INLINE_ERROR_BYTES);
-        while !detail.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = wire_bytes::floor_char_boundary(detail, INLINE_ERROR_BYTES);
         c.payload[4..4 + end].copy_from_slice(&detail.as_bytes()[..end]);
         c.count = end as u8;
         c

@@ -23,6 +23,8 @@
 //!
 //! `total_len` must be exactly `fixed_len + 4 × stop_token_count + stop_strings_bytes`.
 
+use crate::wire_bytes::{u16_at, u32_at};
+
 /// Version this build writes and the highest it reads.
 pub const EXTENSION_VERSION: u16 = 1;
 /// Fixed part of a version-1 block.
@@ -210,13 +212,6 @@ pub struct ExtensionView<'a> {
     stop_string_count: usize,
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
 impl<'a> ExtensionView<'a> {
     /// Parse and fully validate `bytes` (exactly the block: `ext_len` bytes).
     pub fn parse(bytes: &'a [u8]) -> Result<Self, ExtensionError> {
@@ -258,8 +253,8 @@ impl<'a> ExtensionView<'a> {
                 got: bytes.len(),
             });
         }
-        let presence_penalty = f32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        let frequency_penalty = f32::from_le_bytes([bytes[12], bytes[13], bytes[14], bytes[15]]);
+        let presence_penalty = f32::from_bits(u32_at(bytes, 8));
+        let frequency_penalty = f32::from_bits(u32_at(bytes, 12));
         check_penalty(presence_penalty, "presence")?;
         check_penalty(frequency_penalty, "frequency")?;
         let top_logprobs = bytes[16];

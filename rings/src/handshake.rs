@@ -13,6 +13,8 @@
 //! Both messages are encoded field by field in little-endian, never transmuted: the peer is
 //! another process and its bytes are validated like any other input.
 
+use crate::wire_bytes::{floor_char_boundary, u32_at, u64_at};
+
 /// `Hello::magic`: "NRVH".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"NRVH");
 /// `Welcome::magic`: "NRVW".
@@ -139,16 +141,6 @@ impl core::fmt::Display for HandshakeError {
 
 impl std::error::Error for HandshakeError {}
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
 impl Hello {
     /// A hello for this build's ABI with daemon-default sizes.
     pub fn new() -> Self {
@@ -203,10 +195,7 @@ impl Welcome {
     /// A refusal carrying `reason` (truncated at a UTF-8 boundary to fit).
     pub fn refused(status: HandshakeStatus, daemon_pid: u32, reason: &str) -> Self {
         let mut message = [0u8; WELCOME_MESSAGE_LEN];
-        let mut end = reason.len().min(WELCOME_MESSAGE_LEN);
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = floor_char_boundary(reason, WELCOME_MESSAGE_LEN);
         message[..end].copy_from_slice(&reason.as_bytes()[..end]);
         Welcome {
             magic: WELCOME_MAGIC,

@@ -42,6 +42,7 @@ pub mod ring;
 #[cfg(not(loom))]
 pub mod segment;
 pub mod status;
+mod wire_bytes;
 
 pub use completion::{
     AdminReply, Completion, CompletionError, DoneInfo, Event, EventKind, FinishReason,

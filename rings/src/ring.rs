@@ -147,7 +147,6 @@ struct RingMemory<T> {
     heap: std::sync::Arc<HeapRing<T>>,
     capacity: u32,
     mask: u32,
-    _entries: PhantomData<T>,
 }
 
 // SAFETY: `RingMemory` is a pair of pointers into memory kept alive by `owner` (or by the
@@ -157,6 +156,23 @@ struct RingMemory<T> {
 unsafe impl<T: Pod> Send for RingMemory<T> {}
 
 impl<T: Pod> RingMemory<T> {
+    /// A ring at `header` and `slots` (the callers check `capacity` and promise the memory).
+    #[cfg(not(loom))]
+    fn at(
+        header: NonNull<RingHeader>,
+        slots: NonNull<T>,
+        capacity: u32,
+        owner: Option<std::sync::Arc<dyn Send + Sync>>,
+    ) -> Self {
+        RingMemory {
+            header,
+            slots,
+            _owner: owner,
+            capacity,
+            mask: capacity - 1,
+        }
+    }
+
     #[inline]
     fn header(&self) -> &RingHeader {
         #[cfg(not(loom))]
@@ -296,17 +312,15 @@ impl<T: Pod> SpscRing<T> {
             #[cfg(not(loom))]
             {
                 let owner: std::sync::Arc<dyn Send + Sync> = heap.clone();
-                RingMemory {
-                    header: NonNull::from(&heap.header),
+                RingMemory::at(
+                    NonNull::from(&heap.header),
                     // `UnsafeCell<T>` is `repr(transparent)` over `T`, so the cell array is a `T`
                     // array; writing through it is allowed because the cells are `UnsafeCell`.
-                    slots: NonNull::new(heap.slots.as_ptr().cast_mut().cast::<T>())
+                    NonNull::new(heap.slots.as_ptr().cast_mut().cast::<T>())
                         .unwrap_or(NonNull::dangling()),
-                    _owner: Some(owner),
                     capacity,
-                    mask: capacity - 1,
-                    _entries: PhantomData,
-                }
+                    Some(owner),
+                )
             }
             #[cfg(loom)]
             {
@@ -315,7 +329,6 @@ impl<T: Pod> SpscRing<T> {
                     heap: heap.clone(),
                     capacity,
                     mask: capacity - 1,
-                    _entries: PhantomData,
                 }
             }
         };
@@ -364,14 +377,9 @@ impl<T: Pod> SpscRing<T> {
         owner: Option<std::sync::Arc<dyn Send + Sync>>,
     ) -> Result<Producer<T>, AttachError> {
         check_capacity(capacity)?;
-        Ok(Producer::attach(RingMemory {
-            header,
-            slots,
-            _owner: owner,
-            capacity,
-            mask: capacity - 1,
-            _entries: PhantomData,
-        })?)
+        Ok(Producer::attach(RingMemory::at(
+            header, slots, capacity, owner,
+        ))?)
     }
 
     /// The consumer half of a ring in caller-provided memory.
@@ -385,14 +393,9 @@ impl<T: Pod> SpscRing<T> {
         owner: Option<std::sync::Arc<dyn Send + Sync>>,
     ) -> Result<Consumer<T>, AttachError> {
         check_capacity(capacity)?;
-        Ok(Consumer::attach(RingMemory {
-            header,
-            slots,
-            _owner: owner,
-            capacity,
-            mask: capacity - 1,
-            _entries: PhantomData,
-        })?)
+        Ok(Consumer::attach(RingMemory::at(
+            header, slots, capacity, owner,
+        ))?)
     }
 }
 
@@ -725,17 +728,12 @@ impl<T: Pod> Consumer<T> {
     /// with one store. Returns how many were copied.
     #[inline]
     pub fn pop_slice(&mut self, out: &mut [T]) -> Result<usize, RingError> {
-        let want = u32::try_from(out.len()).unwrap_or(u32::MAX);
-        let n = (self.ready_at_least(want)? as usize).min(out.len());
-        for slot in &mut out[..n] {
-            // SAFETY: as in `pop`, for each of the `n <= ready` published entries.
-            *slot = unsafe { self.memory.read(self.head) };
-            self.head = self.head.wrapping_add(1);
-        }
-        if n > 0 {
-            self.release();
-        }
-        Ok(n)
+        let mut slots = out.iter_mut();
+        self.consume(slots.len(), |value| {
+            if let Some(slot) = slots.next() {
+                *slot = value;
+            }
+        })
     }
 
     /// Copy out up to `max` entries one at a time, handing each private copy to `f`, then

@@ -6,13 +6,13 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+use nerva_rings::SegmentMapping;
 
 /// A zero-filled memfd mapping shared with every process forked after its creation.
 pub struct SharedRegion {
-    ptr: NonNull<u8>,
-    len: usize,
+    map: SegmentMapping,
     _fd: OwnedFd,
 }
 
@@ -37,32 +37,19 @@ impl SharedRegion {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a fresh shared mapping of an fd we own; the kernel picks the address.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
-        Ok(Self { ptr, len, _fd: fd })
+        // The same shared, prefaulted mapping a client segment gets.
+        let map = SegmentMapping::map_fd(fd.as_fd(), len)?;
+        Ok(Self { map, _fd: fd })
     }
 
     /// Base address (page aligned).
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+        self.map.as_ptr().as_ptr()
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.map.len()
     }
 
     /// Always false: an empty region cannot be created.
@@ -79,9 +66,9 @@ impl SharedRegion {
     /// is an atomic), so that the shared reference never observes a torn or invalid value.
     pub unsafe fn at<T>(&self, offset: usize) -> &T {
         let end = offset.checked_add(size_of::<T>()).expect("offset overflow");
-        assert!(end <= self.len, "object beyond the shared region");
+        assert!(end <= self.len(), "object beyond the shared region");
         // SAFETY: `offset` is within the mapping (checked above), so the add stays in bounds.
-        let p = unsafe { self.ptr.as_ptr().add(offset) };
+        let p = unsafe { self.as_ptr().add(offset) };
         assert!(
             p.align_offset(align_of::<T>()) == 0,
             "misaligned object in shared region"
@@ -91,20 +78,6 @@ impl SharedRegion {
         unsafe { &*p.cast::<T>() }
     }
 }
-
-impl Drop for SharedRegion {
-    fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly the mapping created in `new`, unmapped only here.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
-// SAFETY: the region is plain shared memory; synchronisation of its contents is the job of
-// the atomics the experiments place in it.
-unsafe impl Send for SharedRegion {}
-// SAFETY: as above; `&SharedRegion` only hands out references through `at`, whose contract
-// requires types that tolerate concurrent (atomic) access.
-unsafe impl Sync for SharedRegion {}
 
 /// A forked child process running an experiment's responder side.
 pub struct Child {

@@ -101,12 +101,7 @@ enum SbVariant {
 /// the old value (a lost wake-up in the doorbell handshake).
 fn store_buffering(variant: SbVariant, trials: usize, cpus: CpuPair) -> u64 {
     // Fresh words per trial, so no reset races; each word on its own line.
-    let tail: Vec<CachePadded<AtomicU32>> = (0..trials)
-        .map(|_| CachePadded::new(AtomicU32::new(0)))
-        .collect();
-    let sleeping: Vec<CachePadded<AtomicU32>> = (0..trials)
-        .map(|_| CachePadded::new(AtomicU32::new(0)))
-        .collect();
+    let (tail, sleeping) = (fresh_lines(trials), fresh_lines(trials));
     let producer_saw: Vec<AtomicU32> = (0..trials).map(|_| AtomicU32::new(9)).collect();
     let consumer_saw: Vec<AtomicU32> = (0..trials).map(|_| AtomicU32::new(9)).collect();
     let progress_p = CachePadded::new(AtomicU64::new(0));

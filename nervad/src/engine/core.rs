@@ -178,7 +178,6 @@ pub struct Engine {
     out: StepOutput,
     step_buf: Vec<SeqStep<'static>>,
     entries: Vec<StepEntry>,
-    prefill_clients: Vec<ClientId>,
     prefill_order: Vec<usize>,
 }
 
@@ -248,7 +247,6 @@ impl Engine {
             out: StepOutput::with_capacity(limits.max_seqs),
             step_buf: Vec::with_capacity(limits.max_seqs),
             entries: Vec::with_capacity(limits.max_seqs),
-            prefill_clients: Vec::with_capacity(limits.max_seqs),
             prefill_order: Vec::with_capacity(limits.max_seqs),
         }
     }
@@ -751,9 +749,8 @@ impl Engine {
     /// Build the step's batch: every runnable decoding sample, then prefill chunks.
     fn plan_prefill_order(&mut self) {
         self.prefill_order.clear();
-        self.prefill_clients.clear();
         // Requests in prefill, clients after the last served first.
-        for (slot, seq) in self.seqs.iter().enumerate() {
+        for seq in &self.seqs {
             if !seq.active || seq.sample != 0 || seq.decoding {
                 continue;
             }
@@ -763,7 +760,6 @@ impl Engine {
             if req.phase != Phase::Prefill || self.paused.contains(&req.key.client) {
                 continue;
             }
-            let _ = slot;
             self.prefill_order.push(seq.request);
         }
         let after = self.last_prefill_client;

@@ -114,15 +114,6 @@ impl DType {
             DType::F32 => "float32",
         }
     }
-
-    /// The safetensors header name (`"BF16"`, `"F16"`, `"F32"`).
-    pub fn safetensors_name(self) -> &'static str {
-        match self {
-            DType::BF16 => "BF16",
-            DType::F16 => "F16",
-            DType::F32 => "F32",
-        }
-    }
 }
 
 /// Architecture defaults where transformers' config classes differ.

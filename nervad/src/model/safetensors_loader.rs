@@ -80,14 +80,6 @@ struct TensorCatalog {
     report: WeightsReport,
 }
 
-fn storage_bytes(storage: &Storage) -> &[u8] {
-    match storage {
-        Storage::Mapped(map) => map,
-        // Never constructed for shards.
-        Storage::Owned(_) => &[],
-    }
-}
-
 fn map_file(path: &Path) -> Result<Mmap, ModelError> {
     let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
     // SAFETY: the mapping is read-only and private to this process. A snapshot file that another
@@ -247,7 +239,7 @@ impl TensorCatalog {
             Err(TensorError::Misaligned { .. }) => {
                 // Some writers do not pad the header to 8 bytes; a copy keeps the typed views sound.
                 self.report.realigned_tensors += 1;
-                let bytes = &storage_bytes(&shard.storage)[offset..shard.data_start + end];
+                let bytes = &shard.storage.bytes()[offset..shard.data_start + end];
                 let mut words = vec![0u32; bytes.len().div_ceil(4)];
                 for (word, chunk) in words.iter_mut().zip(bytes.chunks(4)) {
                     let mut le = [0u8; 4];
@@ -522,7 +514,7 @@ fn prefault(shards: &[Shard], total: u64, progress: bool) {
     });
     let mut checksum = 0u8;
     for shard in shards {
-        let bytes = storage_bytes(&shard.storage);
+        let bytes = shard.storage.bytes();
         for chunk in bytes.chunks(CHUNK) {
             for page in chunk.iter().step_by(PAGE) {
                 checksum ^= *page;

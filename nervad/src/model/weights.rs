@@ -20,7 +20,7 @@ pub enum Storage {
 }
 
 impl Storage {
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         match self {
             Storage::Mapped(map) => map,
             Storage::Owned(words) => {

@@ -89,14 +89,6 @@ impl<'a> WeightView<'a> {
         }
     }
 
-    /// Bytes per element.
-    pub fn elem_bytes(&self) -> usize {
-        match self {
-            WeightView::F32(_) => 4,
-            _ => 2,
-        }
-    }
-
     /// Row `r` of width `cols`, widened into `out`.
     pub fn row_to_f32(&self, r: usize, cols: usize, out: &mut [f32]) {
         fn copy<W: Widen>(w: &[W], out: &mut [f32]) {
@@ -188,8 +180,6 @@ pub struct MatmulTask<'a> {
     pub tokens: usize,
     /// Input width.
     pub cols: usize,
-    /// Output width (row stride of the result).
-    pub out_cols: usize,
     /// First output row of this task.
     pub row_start: usize,
     /// One past the last output row.
@@ -653,7 +643,6 @@ mod tests {
             x,
             tokens,
             cols,
-            out_cols: rows,
             row_start: 0,
             row_end: rows,
         };

@@ -575,7 +575,6 @@ fn project(
             x,
             tokens,
             cols,
-            out_cols: rows,
             row_start,
             row_end,
         };

@@ -20,6 +20,7 @@ use safetensors::tensor::{Dtype, View};
 
 use crate::model::config::DType;
 use crate::model::error::ModelError;
+use crate::model::safetensors_loader::{SHARD_INDEX, SINGLE_FILE};
 use crate::model::tensor_names::{TensorRole, TensorSpec};
 
 /// Elements per independent random stream (the unit of parallel work).
@@ -215,7 +216,7 @@ pub fn write_weights(
     let mut weight_map = BTreeMap::new();
     for (i, shard) in shards.into_iter().enumerate() {
         let name = if count == 1 {
-            "model.safetensors".to_string()
+            SINGLE_FILE.to_string()
         } else {
             format!("model-{:05}-of-{count:05}.safetensors", i + 1)
         };
@@ -241,7 +242,7 @@ pub fn write_weights(
             "metadata": { "total_size": total_size },
             "weight_map": weight_map,
         });
-        let path = dir.join("model.safetensors.index.json");
+        let path = dir.join(SHARD_INDEX);
         let text = serde_json::to_string_pretty(&index)
             .map_err(|e| ModelError::Generator(e.to_string()))?;
         std::fs::write(&path, text + "\n").map_err(|e| ModelError::io(&path, e))?;

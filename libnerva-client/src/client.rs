@@ -80,6 +80,9 @@ pub struct Client {
     in_flight: HashMap<u64, InFlight>,
     /// Events received while a blocking call waited for its own reply.
     pending: VecDeque<Event>,
+    /// Completions copied out of the ring by `drain` (allocated once: a poll that finds
+    /// nothing should not zero 4 KiB of stack first).
+    drained: Box<[Completion; POLL_BATCH]>,
     text: TextAssembler,
     spin: Duration,
     last_liveness: Instant,
@@ -137,6 +140,7 @@ impl Client {
             next_internal: 1,
             in_flight: HashMap::new(),
             pending: VecDeque::new(),
+            drained: Box::new([Completion::default(); POLL_BATCH]),
             text: TextAssembler::default(),
             spin: options.spin,
             last_liveness: Instant::now(),
@@ -561,19 +565,19 @@ impl Client {
         mut keep: impl FnMut(&Completion) -> bool,
         f: &mut dyn FnMut(EventRef<'_>),
     ) -> Result<usize> {
-        let mut buf = [Completion::default(); POLL_BATCH];
         let mut delivered = 0;
         loop {
             let n = self
                 .end
                 .completions
-                .pop_slice(&mut buf)
+                .pop_slice(&mut self.drained[..])
                 .map_err(|e| Error::Protocol(e.to_string()))?;
-            for c in &buf[..n] {
-                if !keep(c) {
+            for i in 0..n {
+                let c = self.drained[i];
+                if !keep(&c) {
                     continue;
                 }
-                delivered += self.deliver(c, f)?;
+                delivered += self.deliver(&c, f)?;
             }
             if n < POLL_BATCH {
                 return Ok(delivered);

@@ -25,10 +25,7 @@ pub fn default_socket_path() -> PathBuf {
     {
         return PathBuf::from(p);
     }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("nerva").join("nervad.sock"),
-        _ => PathBuf::from("/run/nerva/nervad.sock"),
-    }
+    nerva_rings::handshake::default_socket_path()
 }
 
 /// Sizes a client may ask for; zero means the daemon's default.

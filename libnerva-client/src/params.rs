@@ -81,10 +81,8 @@ impl Default for GenerateParams {
     }
 }
 
-/// Most samples one request may ask for.
-pub const MAX_SAMPLES: u16 = 64;
-/// Most alternatives per token.
-pub const MAX_TOP_LOGPROBS: u8 = 20;
+pub use nerva_rings::MAX_SAMPLES;
+pub use nerva_rings::extension::MAX_TOP_LOGPROBS;
 
 impl GenerateParams {
     /// Greedy decoding (temperature 0), otherwise defaults.

@@ -19,6 +19,17 @@ use crate::wire_bytes::{floor_char_boundary, u32_at, u64_at};
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"NRVH");
 /// `Welcome::magic`: "NRVW".
 pub const WELCOME_MAGIC: u32 = u32::from_le_bytes(*b"NRVW");
+/// Where the daemon listens unless told otherwise, and where clients look:
+/// `$XDG_RUNTIME_DIR/nerva/nervad.sock`, else `/run/nerva/nervad.sock`.
+pub fn default_socket_path() -> std::path::PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir)
+            .join("nerva")
+            .join("nervad.sock"),
+        _ => std::path::PathBuf::from("/run/nerva/nervad.sock"),
+    }
+}
+
 /// Version of the whole wire (handshake, segment layout, descriptors, completions).
 /// Bumped on any incompatible change; both sides refuse a mismatch.
 pub const ABI_VERSION: u32 = 1;

@@ -4,15 +4,12 @@
 //! Regenerate the header after changing the C ABI:
 //!     NERVA_BLESS_HEADER=1 cargo test -p nerva-tests --test c_header
 
+mod c_support;
+
 use std::path::PathBuf;
 use std::process::Command;
 
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ lives inside the workspace")
-        .to_path_buf()
-}
+use c_support::{c_compiler, workspace_root};
 
 fn header_path() -> PathBuf {
     workspace_root().join("include/nerva.h")
@@ -127,7 +124,7 @@ fn compile_probe(compiler: &str, args: &[&str], source: &str) -> std::process::O
 /// rather than skips, when there is none.
 #[test]
 fn header_compiles_as_strict_c99() {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let cc = c_compiler();
     let probe = "#include \"nerva.h\"\n\
                  int main(void) {\n\
                      nerva_generate_params p = nerva_generate_default_params();\n\

@@ -45,14 +45,7 @@ pub struct DaemonSocket {
     path: PathBuf,
 }
 
-/// The default socket path: `$XDG_RUNTIME_DIR/nerva/nervad.sock`, else `/run/nerva/nervad.sock`.
-/// The client library computes the same path.
-pub fn default_socket_path() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("nerva").join("nervad.sock"),
-        _ => PathBuf::from("/run/nerva/nervad.sock"),
-    }
-}
+pub use nerva_rings::handshake::default_socket_path;
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(Errno) -> ListenError + 'a {
     move |e| ListenError::Io {

@@ -101,7 +101,7 @@ pub fn run(socket: Option<&Path>, a: &GenerateArgs, as_json: bool) -> Result<(),
     } else {
         Prompt::Text(&a.prompt)
     };
-    let tag = client.submit_generate(prompt, &params)?;
+    client.submit_generate(prompt, &params)?;
     let n = usize::from(a.n_samples);
     let mut texts = vec![String::new(); n];
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
@@ -164,7 +164,6 @@ pub fn run(socket: Option<&Path>, a: &GenerateArgs, as_json: bool) -> Result<(),
             EventRef::TopLogprobs { .. } => {}
         })?;
     }
-    let _ = tag;
     if let Some(e) = failure {
         return Err(e);
     }

@@ -249,6 +249,7 @@ fn main() {
                 block_table: &tables[s],
                 sample: true,
                 want_logits: false,
+                from_last_sample: false,
             })
             .collect();
         backend.step(&prefill, &mut out).expect("prefill");
@@ -266,6 +267,7 @@ fn main() {
                     block_table: &tables[s],
                     sample: true,
                     want_logits: false,
+                    from_last_sample: false,
                 })
                 .collect();
             let t0 = Instant::now();

@@ -347,6 +347,7 @@ fn run_sequence(
         block_table: table,
         sample: true,
         want_logits: true,
+        from_last_sample: false,
     };
     b.step(&[step], &mut out).unwrap();
     let width = out.logits.len() / tokens.len();
@@ -362,6 +363,7 @@ fn run_sequence(
             block_table: table,
             sample: true,
             want_logits: true,
+            from_last_sample: false,
         };
         b.step(&[step], &mut out).unwrap();
         logits.push(out.logits.clone());
@@ -492,6 +494,7 @@ fn batched_equals_unbatched_bit_for_bit() {
                 block_table: t,
                 sample: true,
                 want_logits: true,
+                from_last_sample: false,
             }],
             &mut out,
         )
@@ -513,6 +516,7 @@ fn batched_equals_unbatched_bit_for_bit() {
                 block_table: t,
                 sample: true,
                 want_logits: true,
+                from_last_sample: false,
             }
         })
         .collect();
@@ -561,6 +565,7 @@ fn shuffled_pages_and_chunked_prefill_are_exact() {
                 block_table: &shuffled,
                 sample: (i + 1) * 5 >= prompt.len(),
                 want_logits: true,
+                from_last_sample: false,
             }],
             &mut out,
         )
@@ -584,6 +589,7 @@ fn bad_steps_are_refused() {
         block_table: &table,
         sample: true,
         want_logits: false,
+        from_last_sample: false,
     };
     for bad in [
         SeqStep {

@@ -33,6 +33,9 @@ fn dump_writes_files_and_greedy_matches_teacher_forcing() {
         steps: 6,
         out: out.clone(),
         threads: 2,
+        backend: nervad::backend::BackendChoice::Cpu,
+        device: 0,
+        gpu_memory: nervad::backend::cuda::GpuMemory::Fraction(0.5),
     })
     .unwrap();
     let json: serde_json::Value =

@@ -127,6 +127,7 @@ fn decode_steps_allocate_nothing_after_warm_up() {
             block_table: &tables[i],
             sample: true,
             want_logits: false,
+            from_last_sample: false,
         });
         b.step(&batch, out).unwrap();
         for i in 0..3 {

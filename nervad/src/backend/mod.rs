@@ -10,9 +10,10 @@
 //!   return only token ids.
 
 pub mod cpu;
+pub mod cuda;
 pub mod sampling;
 
-use crate::engine::api::SamplingParams;
+pub use crate::engine::api::SamplingParams;
 use crate::model::ModelConfig;
 
 /// Most top-n alternatives a sampled token can carry (the API caps `top_logprobs` at 20).
@@ -100,6 +101,11 @@ pub struct SeqStep<'a> {
     pub sample: bool,
     /// Also return the logits of every new position (dump and parity tools).
     pub want_logits: bool,
+    /// `tokens` is the single token this slot sampled in its previous step. A backend that
+    /// keeps samples where it computes them (the GPU's token ring) feeds it from there, so a
+    /// step can be launched before the host has seen the previous step's token; `tokens[0]`
+    /// is then only the host's copy (it may be stale when steps are pipelined).
+    pub from_last_sample: bool,
 }
 
 /// The token a slot sampled, with its log-probability and optional alternatives.
@@ -165,6 +171,36 @@ impl StepOutput {
     }
 }
 
+/// What a backend has asked of its device since it started (monotonic counters; the token
+/// ledger takes differences).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct BackendStats {
+    /// Steps launched.
+    pub steps: u64,
+    /// Steps that replayed a captured graph.
+    pub graph_steps: u64,
+    /// Plain kernel launches.
+    pub launches: u64,
+    /// Graph replays.
+    pub graph_launches: u64,
+    /// Kernel nodes replayed through graphs.
+    pub graph_nodes: u64,
+    /// Host waits for results the engine needs (collect).
+    pub hard_syncs: u64,
+    /// Waits a policy asked for (logits for dump/parity, weight upload pacing at start).
+    pub policy_syncs: u64,
+    /// Bytes copied host → device.
+    pub h2d_bytes: u64,
+    /// Bytes copied device → host.
+    pub d2h_bytes: u64,
+    /// Device allocations.
+    pub device_allocs: u64,
+    /// Pinned host allocations.
+    pub pinned_allocs: u64,
+    /// Device time of all collected steps, ms.
+    pub gpu_ms: f64,
+}
+
 /// Facts about a backend for status displays.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackendInfo {
@@ -205,9 +241,69 @@ pub trait Backend: Send {
     /// Copy the contents of KV page `src` into page `dst` (copy-on-write of a shared tail page).
     fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), BackendError>;
 
-    /// Run one forward step over `batch` and sample where asked. Sampled tokens also enter their
-    /// slot's penalty state.
-    fn step(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError>;
+    /// Enqueue one forward step over `batch` with sampling where asked; sampled tokens also
+    /// enter their slot's penalty state and, on a device, its token ring. Logits asked for with
+    /// `want_logits` are written to `out.logits` before this returns (a policy sync on a
+    /// device). The step's samples are read with [`Backend::collect`], in launch order; a
+    /// backend may accept several launches before the first collect (see
+    /// [`Backend::in_flight`]).
+    fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError>;
+
+    /// Wait for the oldest launched step and write its samples to `out.samples` (one entry per
+    /// batch entry, `None` where `sample` was false).
+    fn collect(&mut self, out: &mut StepOutput) -> Result<(), BackendError>;
+
+    /// Steps launched and not yet collected.
+    fn in_flight(&self) -> usize;
+
+    /// Does a launched step run while the caller goes on (a device)? The engine then launches
+    /// the next decode step before collecting the one in flight. False for a backend whose
+    /// launch does all the work.
+    fn overlaps(&self) -> bool {
+        false
+    }
+
+    /// Cumulative device-side figures (launches, graph replays, syncs by class, copies,
+    /// allocations); zero where a backend has no device.
+    fn stats(&self) -> BackendStats {
+        BackendStats::default()
+    }
+
+    /// Launch and collect one step.
+    fn step(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
+        self.launch(batch, out)?;
+        self.collect(out)
+    }
+}
+
+/// Parse a byte size: a plain number, or one with a unit (`512MiB`, `1GiB`, `2G`, `1.5GB`,
+/// binary units for `Ki/Mi/Gi/Ti` and `K/M/G/T`, decimal for `kB/MB/GB/TB`).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 8GiB, 512MiB, 1073741824)"))?;
+    let scale: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "K" | "Ki" | "KiB" => 1024.0,
+        "M" | "Mi" | "MiB" => 1024.0 * 1024.0,
+        "G" | "Gi" | "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "T" | "Ti" | "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "kB" | "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+    };
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > usize::MAX as f64 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(bytes as usize)
 }
 
 /// Bytes of KV cache one token takes over all layers with `elem_bytes` per value.
@@ -284,4 +380,55 @@ pub fn validate_step(
         )));
     }
     Ok(total)
+}
+
+/// Which backend the daemon runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// CUDA when a usable device is present (driver ≥ 12.0, sm_80 or newer, NVRTC loadable),
+    /// else the CPU, with one log line saying why.
+    #[default]
+    Auto,
+    /// The CUDA backend; any reason it cannot run is an error.
+    Cuda,
+    /// The exact CPU reference.
+    Cpu,
+}
+
+/// Build the backend `choice` names for `config`/`weights`.
+pub fn build(
+    choice: BackendChoice,
+    config: &ModelConfig,
+    weights: &crate::model::ModelWeights,
+    options: BackendOptions,
+    cuda: cuda::CudaOptions,
+) -> Result<Box<dyn Backend>, BackendError> {
+    let cpu = || -> Result<Box<dyn Backend>, BackendError> {
+        Ok(Box::new(cpu::CpuBackend::new(config, weights, options)?))
+    };
+    match choice {
+        BackendChoice::Cpu => cpu(),
+        BackendChoice::Cuda => {
+            cuda::probe(cuda.device)?;
+            Ok(Box::new(cuda::CudaBackend::new(
+                config, weights, options, cuda,
+            )?))
+        }
+        BackendChoice::Auto => match cuda::probe(cuda.device) {
+            Err(why) => {
+                tracing::info!("backend auto: using the CPU ({why})");
+                cpu()
+            }
+            Ok(found) => match cuda::CudaBackend::new(config, weights, options, cuda) {
+                Ok(b) => Ok(Box::new(b)),
+                Err(BackendError::Unsupported(why)) => {
+                    tracing::info!(
+                        "backend auto: {found}, but the CUDA backend cannot run this model ({why}); using the CPU"
+                    );
+                    cpu()
+                }
+                Err(e) => Err(e),
+            },
+        },
+    }
 }

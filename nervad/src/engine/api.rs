@@ -276,3 +276,11 @@ pub trait InferenceEngine: Send {
     /// Number of requests admitted and not yet finished.
     fn in_flight(&self) -> usize;
 }
+
+/// A sink that drops every event (retiring steps whose results nobody waits for).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DiscardEvents;
+
+impl EventSink for DiscardEvents {
+    fn emit(&mut self, _: EngineEvent<'_>) {}
+}

@@ -128,6 +128,10 @@ struct Sequence {
     len: usize,
     /// The token fed at the next decode step.
     input: [u32; 1],
+    /// `input` is what this slot sampled last (not a prompt token handed over by a fork).
+    input_sampled: bool,
+    /// Bumped whenever the slot starts a new sequence.
+    epoch: u32,
     decoding: bool,
     generated: u32,
     /// Prompt + output may not exceed this many tokens.
@@ -145,6 +149,9 @@ struct StepEntry {
     request: usize,
     /// Prompt tokens in this entry (0 for a decode entry).
     prefill: usize,
+    /// The slot's occupancy when the step was launched: a result for an older occupant (a
+    /// speculative step of a sequence that finished meanwhile) is discarded.
+    epoch: u32,
 }
 
 /// Tokens per KV page times pages, rounded up.
@@ -178,6 +185,11 @@ pub struct Engine {
     out: StepOutput,
     step_buf: Vec<SeqStep<'static>>,
     entries: Vec<StepEntry>,
+    /// Entries of launched, not yet collected steps, oldest first (at most two: the step being
+    /// collected and the speculative decode step launched before it).
+    launched: [Vec<StepEntry>; 2],
+    launched_head: usize,
+    launched_len: usize,
     prefill_order: Vec<usize>,
 }
 
@@ -214,6 +226,8 @@ impl Engine {
                 table: Vec::with_capacity(limits.max_pages_per_seq()),
                 len: 0,
                 input: [0],
+                input_sampled: false,
+                epoch: 0,
                 decoding: false,
                 generated: 0,
                 limit: 0,
@@ -246,6 +260,12 @@ impl Engine {
             last_prefill_client: None,
             out: StepOutput::with_capacity(limits.max_seqs),
             step_buf: Vec::with_capacity(limits.max_seqs),
+            launched: [
+                Vec::with_capacity(limits.max_seqs),
+                Vec::with_capacity(limits.max_seqs),
+            ],
+            launched_head: 0,
+            launched_len: 0,
             entries: Vec::with_capacity(limits.max_seqs),
             prefill_order: Vec::with_capacity(limits.max_seqs),
         }
@@ -264,9 +284,31 @@ impl Engine {
         Ok(Engine::new(model, Box::new(backend), options))
     }
 
+    /// Build the backend `choice` names for `model` and an engine over it.
+    pub fn with_backend(
+        model: EngineModel,
+        options: EngineOptions,
+        choice: crate::backend::BackendChoice,
+        cuda: crate::backend::cuda::CudaOptions,
+    ) -> Result<Self, crate::backend::BackendError> {
+        let backend = crate::backend::build(
+            choice,
+            &model.config,
+            &model.weights,
+            options.backend_options(&model.config),
+            cuda,
+        )?;
+        Ok(Engine::new(model, backend, options))
+    }
+
     /// Sizes the backend was built with.
     pub fn limits(&self) -> BackendLimits {
         self.limits
+    }
+
+    /// The backend's cumulative device figures.
+    pub fn backend_stats(&self) -> crate::backend::BackendStats {
+        self.backend.stats()
     }
 
     /// KV pages free now.
@@ -279,6 +321,10 @@ impl Engine {
     pub fn prompt_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, RequestError> {
         if !self.by_key.is_empty() {
             return Err(RequestError::Busy);
+        }
+        // A speculative step may still be in flight after the last request ended: retire it.
+        while self.launched_len > 0 {
+            self.collect_oldest(&mut super::api::DiscardEvents);
         }
         if tokens.is_empty() {
             return Err(RequestError::InvalidPrompt("no tokens".into()));
@@ -320,6 +366,7 @@ impl Engine {
                     block_table: &table,
                     sample: false,
                     want_logits: true,
+                    from_last_sample: false,
                 };
                 self.backend
                     .step(&[step], &mut out)
@@ -448,6 +495,7 @@ impl Engine {
             req.slots.push(slot);
             let seq = &mut self.seqs[slot as usize];
             seq.active = true;
+            seq.epoch = seq.epoch.wrapping_add(1);
             seq.request = rid;
             seq.sample = sample as u16;
             seq.len = 0;
@@ -523,6 +571,7 @@ impl Engine {
             let seq = &mut self.seqs[slot as usize];
             seq.len = p;
             seq.input = [req.prompt[p]];
+            seq.input_sampled = false;
             seq.decoding = true;
         }
         req.phase = Phase::Decode;
@@ -695,6 +744,7 @@ impl Engine {
         let sample = seq.sample;
         seq.generated += 1;
         seq.input = [id];
+        seq.input_sampled = true;
         sink.emit(EngineEvent::Tokens {
             key,
             sample,
@@ -788,6 +838,145 @@ impl Engine {
         };
         // sort_unstable_by_key on a small, preallocated vector: no allocation.
         self.prefill_order.sort_unstable_by_key(key);
+    }
+
+    /// Remember `self.entries` as the newest launched step.
+    fn push_launched(&mut self) {
+        let at = (self.launched_head + self.launched_len) % self.launched.len();
+        self.launched[at].clear();
+        self.launched[at].extend_from_slice(&self.entries);
+        self.launched_len += 1;
+    }
+
+    /// Every request of `self.entries` ends with one Error; the rest go on.
+    fn fail_entries(&mut self, error: RequestError, sink: &mut dyn EventSink) {
+        for i in 0..self.entries.len() {
+            let rid = self.entries[i].request;
+            if self.requests[rid].is_some() {
+                self.fail_request(rid, error.clone(), Some(sink));
+            }
+        }
+    }
+
+    /// With one step in flight, launch the next decode step of its sequences without waiting
+    /// for its tokens: each feeds the token its slot samples in the step in flight
+    /// (`from_last_sample`), one position further. Only when the step in flight was pure
+    /// decode and nothing else waits (no cancel, no queued request, no prefill, no paused
+    /// client in it), and only for sequences that cannot finish by count in the step in
+    /// flight: a sequence that stops on a token there costs this one discarded step.
+    fn launch_speculative(&mut self, sink: &mut dyn EventSink) {
+        if !self.backend.overlaps() || !self.cancelled.is_empty() || !self.queue.is_empty() {
+            return;
+        }
+        let prev = &self.launched[self.launched_head];
+        if prev.is_empty() || prev.iter().any(|e| e.prefill > 0) {
+            return;
+        }
+        let prefilling = self
+            .requests
+            .iter()
+            .flatten()
+            .any(|r| r.phase == Phase::Prefill);
+        if prefilling {
+            return;
+        }
+        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
+        self.entries.clear();
+        for e in prev {
+            let seq = &self.seqs[e.slot as usize];
+            if !seq.active || !seq.decoding || seq.epoch != e.epoch || seq.request != e.request {
+                continue;
+            }
+            let Some(req) = self.requests[seq.request].as_ref() else {
+                continue;
+            };
+            // The step in flight brings generated + 1 tokens; one more must still be allowed.
+            let after = seq.generated as usize + 1;
+            if after >= req.max_tokens as usize
+                || req.prompt.len() + after >= seq.limit
+                || self.paused.contains(&req.key.client)
+            {
+                continue;
+            }
+            batch.push(SeqStep {
+                slot: e.slot,
+                tokens: &seq.input,
+                start_pos: seq.len as u32 + 1,
+                block_table: &seq.table,
+                sample: true,
+                want_logits: false,
+                from_last_sample: true,
+            });
+            self.entries.push(*e);
+        }
+        let result = if batch.is_empty() {
+            Ok(false)
+        } else {
+            self.backend.launch(&batch, &mut self.out).map(|()| true)
+        };
+        self.step_buf = recycle(batch);
+        match result {
+            Ok(true) => self.push_launched(),
+            Ok(false) => {}
+            Err(e) => self.fail_entries(RequestError::Backend(e.to_string()), sink),
+        }
+    }
+
+    /// Collect the oldest launched step and hand its tokens to their sequences; results of a
+    /// slot's previous occupant (a speculative step after it finished) are dropped.
+    fn collect_oldest(&mut self, sink: &mut dyn EventSink) {
+        let head = self.launched_head;
+        self.launched_head = (head + 1) % self.launched.len();
+        self.launched_len -= 1;
+        self.entries.clear();
+        let taken = std::mem::take(&mut self.launched[head]);
+        self.entries.extend_from_slice(&taken);
+        self.launched[head] = taken;
+        if let Err(e) = self.backend.collect(&mut self.out) {
+            self.fail_entries(RequestError::Backend(e.to_string()), sink);
+            return;
+        }
+        let now = Instant::now();
+        for i in 0..self.entries.len() {
+            let entry = self.entries[i];
+            let current = {
+                let seq = &self.seqs[entry.slot as usize];
+                seq.active && seq.epoch == entry.epoch && seq.request == entry.request
+            };
+            if !current {
+                continue;
+            }
+            let sampled = self.out.samples.get(i).copied().flatten();
+            if entry.prefill > 0 {
+                let Some(req) = self.requests[entry.request].as_mut() else {
+                    continue;
+                };
+                req.prefilled += entry.prefill;
+                let done = req.prefilled == req.prefill_target;
+                let forks = req.n_samples > 1;
+                self.seqs[entry.slot as usize].len += entry.prefill;
+                if done {
+                    if forks {
+                        if let Err(e) = self.fork_samples(entry.request) {
+                            self.fail_request(entry.request, e, Some(sink));
+                        }
+                    } else {
+                        if let Some(req) = self.requests[entry.request].as_mut() {
+                            req.phase = Phase::Decode;
+                        }
+                        self.seqs[entry.slot as usize].decoding = true;
+                        if let Some(tok) = sampled {
+                            self.accept_token(entry.slot, tok, now, sink);
+                        }
+                    }
+                }
+            } else {
+                self.seqs[entry.slot as usize].len += 1;
+                if let Some(tok) = sampled {
+                    self.accept_token(entry.slot, tok, now, sink);
+                }
+            }
+        }
     }
 }
 
@@ -900,6 +1089,17 @@ impl InferenceEngine for Engine {
     }
 
     fn step(&mut self, sink: &mut dyn EventSink) -> bool {
+        if self.launched_len > 0 {
+            // A step is in flight: launch the next decode step first when it can be formed
+            // without that step's tokens (they stay on the device), then learn them.
+            if self.launched_len == 1 {
+                self.launch_speculative(sink);
+            }
+            self.collect_oldest(sink);
+            if self.launched_len > 0 {
+                return true;
+            }
+        }
         let now = Instant::now();
         self.process_cancels(sink);
         self.admit(now, sink);
@@ -926,11 +1126,13 @@ impl InferenceEngine for Engine {
                 block_table: &seq.table,
                 sample: true,
                 want_logits: false,
+                from_last_sample: seq.input_sampled,
             });
             self.entries.push(StepEntry {
                 slot: slot as u32,
                 request: seq.request,
                 prefill: 0,
+                epoch: seq.epoch,
             });
             budget -= 1;
         }
@@ -957,11 +1159,13 @@ impl InferenceEngine for Engine {
                 block_table: &seq.table,
                 sample: finishes,
                 want_logits: false,
+                from_last_sample: false,
             });
             self.entries.push(StepEntry {
                 slot,
                 request: rid,
                 prefill: chunk,
+                epoch: seq.epoch,
             });
             budget -= chunk;
             served = Some(req.key.client);
@@ -969,62 +1173,30 @@ impl InferenceEngine for Engine {
         if served.is_some() {
             self.last_prefill_client = served;
         }
+        let pure_decode = self.entries.iter().all(|e| e.prefill == 0);
         let result = if batch.is_empty() {
-            Ok(())
+            Ok(false)
         } else {
-            self.backend.step(&batch, &mut self.out)
+            self.backend.launch(&batch, &mut self.out).map(|()| true)
         };
         self.step_buf = recycle(batch);
-
-        if let Err(e) = result {
-            // Every request in the failed batch ends with one Error; the rest go on.
-            let error = RequestError::Backend(e.to_string());
-            for i in 0..self.entries.len() {
-                let rid = self.entries[i].request;
-                if self.requests[rid].is_some() {
-                    self.fail_request(rid, error.clone(), Some(sink));
-                }
+        match result {
+            Err(e) => {
+                let error = RequestError::Backend(e.to_string());
+                self.fail_entries(error, sink);
             }
-            return !self.by_key.is_empty();
-        }
-
-        let now = Instant::now();
-        for i in 0..self.entries.len() {
-            let entry = self.entries[i];
-            let sampled = self.out.samples.get(i).copied().flatten();
-            if entry.prefill > 0 {
-                let Some(req) = self.requests[entry.request].as_mut() else {
-                    continue;
-                };
-                req.prefilled += entry.prefill;
-                let done = req.prefilled == req.prefill_target;
-                let forks = req.n_samples > 1;
-                self.seqs[entry.slot as usize].len += entry.prefill;
-                if done {
-                    if forks {
-                        if let Err(e) = self.fork_samples(entry.request) {
-                            self.fail_request(entry.request, e, Some(sink));
-                        }
-                    } else {
-                        if let Some(req) = self.requests[entry.request].as_mut() {
-                            req.phase = Phase::Decode;
-                        }
-                        self.seqs[entry.slot as usize].decoding = true;
-                        if let Some(tok) = sampled {
-                            self.accept_token(entry.slot, tok, now, sink);
-                        }
-                    }
-                }
-            } else {
-                self.seqs[entry.slot as usize].len += 1;
-                if let Some(tok) = sampled {
-                    self.accept_token(entry.slot, tok, now, sink);
+            Ok(false) => {}
+            Ok(true) => {
+                self.push_launched();
+                // A pure decode step on a backend that overlaps stays in flight: the next call
+                // launches its successor before collecting it. Anything else is collected now.
+                if !(pure_decode && self.backend.overlaps()) {
+                    self.collect_oldest(sink);
                 }
             }
         }
-        !self.by_key.is_empty()
+        !self.by_key.is_empty() || self.launched_len > 0
     }
-
     fn finish_all(&mut self, reason: FinishReason, sink: &mut dyn EventSink) {
         for rid in 0..self.requests.len() {
             let Some(req) = self.requests[rid].as_ref() else {

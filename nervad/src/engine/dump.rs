@@ -37,6 +37,15 @@ pub struct DumpArgs {
     /// CPU worker threads (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Backend to dump from (the CPU reference unless asked).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub backend: crate::backend::BackendChoice,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Device memory for the CUDA backend: bytes or a fraction of free memory.
+    #[arg(long, default_value = "0.5")]
+    pub gpu_memory: crate::backend::cuda::GpuMemory,
 }
 
 /// Why a dump failed.
@@ -112,12 +121,32 @@ pub struct DumpResult {
     pub logits: Vec<f32>,
 }
 
-/// Teacher-forced logits of `tokens` and `steps` greedy tokens through the engine.
+/// Teacher-forced logits of `tokens` and `steps` greedy tokens through the engine on the CPU
+/// reference.
 pub fn dump_model(
     model: EngineModel,
     tokens: &[u32],
     steps: u32,
     threads: usize,
+) -> Result<DumpResult, DumpError> {
+    dump_model_on(
+        model,
+        tokens,
+        steps,
+        threads,
+        crate::backend::BackendChoice::Cpu,
+        crate::backend::cuda::CudaOptions::default(),
+    )
+}
+
+/// [`dump_model`] on the backend `choice` names.
+pub fn dump_model_on(
+    model: EngineModel,
+    tokens: &[u32],
+    steps: u32,
+    threads: usize,
+    choice: crate::backend::BackendChoice,
+    cuda: crate::backend::cuda::CudaOptions,
 ) -> Result<DumpResult, DumpError> {
     let config = model.config.clone();
     let context = (tokens.len() + steps as usize).min(config.max_position_embeddings);
@@ -132,7 +161,7 @@ pub fn dump_model(
         page_tokens,
         max_queued: 1,
     };
-    let mut engine = Engine::with_cpu_backend(model, options)?;
+    let mut engine = Engine::with_backend(model, options, choice, cuda)?;
     let logits = engine.prompt_logits(tokens)?;
     let key = RequestKey {
         client: ClientId {
@@ -173,11 +202,16 @@ pub fn dump_model(
 pub fn run_dump(args: DumpArgs) -> Result<(), DumpError> {
     let tokens = parse_token_list(&args.tokens)?;
     let loaded = LoadedModel::load(&args.model)?;
-    let result = dump_model(
+    let result = dump_model_on(
         EngineModel::from_loaded(loaded),
         &tokens,
         args.steps,
         args.threads,
+        args.backend,
+        crate::backend::cuda::CudaOptions {
+            device: args.device,
+            memory: args.gpu_memory,
+        },
     )?;
     let io = |path: &PathBuf| {
         let path = path.clone();

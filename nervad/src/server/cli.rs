@@ -63,6 +63,18 @@ struct ServeArgs {
     /// Which engine serves requests.
     #[arg(long, value_enum, default_value = "model")]
     engine: EngineKind,
+    /// Compute backend: `auto` runs on CUDA when a usable GPU is present (driver ≥ 12.0,
+    /// sm_80 or newer, NVRTC loadable) and on the CPU otherwise, logging why.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: crate::backend::BackendChoice,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Device memory the CUDA backend takes at start: bytes (`20GiB`) or a fraction of the free
+    /// memory (`0.9`). Weights, activations and sampler state come first; the KV pool takes
+    /// the rest (--kv-bytes applies to the CPU backend only).
+    #[arg(long, default_value = "0.9")]
+    gpu_memory: crate::backend::cuda::GpuMemory,
     /// Engine worker threads for the CPU backend (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -182,9 +194,14 @@ fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
                 threads: args.threads,
                 ..crate::engine::EngineOptions::default()
             };
-            let engine = crate::engine::Engine::with_cpu_backend(
+            let engine = crate::engine::Engine::with_backend(
                 crate::engine::EngineModel::from_loaded(loaded),
                 options,
+                args.backend,
+                crate::backend::cuda::CudaOptions {
+                    device: args.device,
+                    memory: args.gpu_memory,
+                },
             )
             .map_err(|e| format!("backend: {e}"))?;
             Ok(Box::new(engine))

@@ -274,6 +274,9 @@ pub struct ScriptedBackend {
     /// Every step: (slot, tokens, start position) per batch entry; shared so tests can read it
     /// after the engine took the backend.
     pub log: StepLog,
+    /// Behave like a device backend: the engine may launch a step before collecting the last.
+    pub overlap: bool,
+    pending: std::collections::VecDeque<Vec<Option<SampledToken>>>,
 }
 
 impl ScriptedBackend {
@@ -283,6 +286,8 @@ impl ScriptedBackend {
             limits,
             script,
             log: Default::default(),
+            overlap: false,
+            pending: std::collections::VecDeque::new(),
         }
     }
 }
@@ -320,8 +325,14 @@ impl Backend for ScriptedBackend {
     fn copy_page(&mut self, _: u32, _: u32) -> Result<(), BackendError> {
         Ok(())
     }
-    fn step(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
+    fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
         validate_step(&self.limits, VOCAB, batch)?;
+        let most = if self.overlap { 2 } else { 1 };
+        if self.pending.len() >= most {
+            return Err(BackendError::Limits(format!(
+                "{most} step(s) in flight at most"
+            )));
+        }
         if let Ok(mut log) = self.log.lock() {
             log.push(
                 batch
@@ -345,7 +356,22 @@ impl Backend for ScriptedBackend {
                 out.samples.push(None);
             }
         }
+        self.pending.push_back(out.samples.clone());
         Ok(())
+    }
+    fn collect(&mut self, out: &mut StepOutput) -> Result<(), BackendError> {
+        let Some(samples) = self.pending.pop_front() else {
+            return Err(BackendError::InvalidInput("nothing launched".into()));
+        };
+        out.samples.clear();
+        out.samples.extend_from_slice(&samples);
+        Ok(())
+    }
+    fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+    fn overlaps(&self) -> bool {
+        self.overlap
     }
 }
 

@@ -83,6 +83,12 @@ pub struct CpuBackend {
     kv: Vec<f32>,
     sampler: Sampler,
     scratch: Scratch,
+    /// What each slot sampled last (fed to `from_last_sample` entries).
+    last_sample: Vec<u32>,
+    /// Samples of launched, not yet collected steps (oldest first), each pre-sized.
+    pending: [Vec<Option<super::SampledToken>>; 2],
+    pending_len: usize,
+    pending_head: usize,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -259,6 +265,10 @@ impl CpuBackend {
             kv: vec![0.0; num_pages * page_bytes / 4],
             sampler: Sampler::with_threads(vocab, s, threads),
             scratch,
+            last_sample: vec![0; s],
+            pending: [Vec::with_capacity(s), Vec::with_capacity(s)],
+            pending_len: 0,
+            pending_head: 0,
         })
     }
 
@@ -305,6 +315,11 @@ impl CpuBackend {
         for (i, seq) in batch.iter().enumerate() {
             for (k, &tok) in seq.tokens.iter().enumerate() {
                 let flat = s.tokens.len() as u32;
+                let tok = if seq.from_last_sample && seq.tokens.len() == 1 {
+                    self.last_sample[seq.slot as usize]
+                } else {
+                    tok
+                };
                 s.tokens.push(tok);
                 s.positions.push(seq.start_pos + k as u32);
                 s.owners.push(i as u32);
@@ -619,7 +634,9 @@ impl Backend for CpuBackend {
         params: &SamplingParams,
         seed: u64,
     ) -> Result<(), BackendError> {
-        self.sampler.fork(src, dst, params, seed)
+        self.sampler.fork(src, dst, params, seed)?;
+        self.last_sample[dst as usize] = self.last_sample[src as usize];
+        Ok(())
     }
 
     fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), BackendError> {
@@ -637,8 +654,44 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn step(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
+    /// Runs the whole step before returning (the CPU has nothing to overlap it with); collect
+    /// hands back its samples in launch order.
+    fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
         validate_step(&self.limits, self.config.vocab_size, batch)?;
-        self.forward(batch, out)
+        if self.pending_len == self.pending.len() {
+            return Err(BackendError::Limits(format!(
+                "{} steps already launched and not collected",
+                self.pending_len
+            )));
+        }
+        self.forward(batch, out)?;
+        for (seq, sample) in batch.iter().zip(&out.samples) {
+            if let Some(tok) = sample {
+                self.last_sample[seq.slot as usize] = tok.token;
+            }
+        }
+        let at = (self.pending_head + self.pending_len) % self.pending.len();
+        self.pending[at].clear();
+        self.pending[at].extend_from_slice(&out.samples);
+        self.pending_len += 1;
+        Ok(())
+    }
+
+    fn collect(&mut self, out: &mut StepOutput) -> Result<(), BackendError> {
+        if self.pending_len == 0 {
+            return Err(BackendError::InvalidInput(
+                "collect without a launched step".into(),
+            ));
+        }
+        out.samples.clear();
+        out.samples
+            .extend_from_slice(&self.pending[self.pending_head]);
+        self.pending_head = (self.pending_head + 1) % self.pending.len();
+        self.pending_len -= 1;
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.pending_len
     }
 }

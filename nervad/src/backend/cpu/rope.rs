@@ -86,6 +86,12 @@ impl RopeTable {
         RopeTable { half, cos, sin }
     }
 
+    /// The `[positions, head_dim / 2]` cosine and sine tables (uploaded as is by the CUDA
+    /// backend, so both backends rotate with the very same values).
+    pub fn tables(&self) -> (&[f32], &[f32]) {
+        (&self.cos, &self.sin)
+    }
+
     /// Rotate one head vector at `pos` in place (`rotate_half` convention: pairs `i`, `i + d/2`).
     pub fn apply(&self, head: &mut [f32], pos: usize) {
         let h = self.half;

@@ -1,0 +1,106 @@
+// Shared helpers of every Nerva kernel: element types, 16-byte loads, reductions, the step
+// metadata layout. Included textually by the daemon before NVRTC compiles each .cu file.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// A decode entry's input token is "what slot s sampled last step": the device token ring
+// feeds the next step without the host ever seeing the token first.
+#define NERVA_FROM_SLOT 0x80000000u
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+// Eight 16-bit weights of one 16-byte load, widened to f32.
+__device__ __forceinline__ void widen8(const uint4 raw, const __nv_bfloat16*, float out[8]) {
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float2 f = __bfloat1622float2(p[i]);
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void widen8(const uint4 raw, const __half*, float out[8]) {
+    const __half2* p = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float2 f = __half22float2(p[i]);
+        out[2 * i] = f.x;
+        out[2 * i + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+__device__ __forceinline__ void narrow(float v, __nv_bfloat16* out) { *out = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void narrow(float v, __half* out) { *out = __float2half_rn(v); }
+
+// Streamed weights are read once per step: keep them out of L1 so activations stay there.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+    return __ldcs(reinterpret_cast<const uint4*>(p));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide sum in a fixed tree order (warp shuffles, then warp 0 over the warp partials):
+// the same inputs give the same bits whatever else runs.
+__device__ __forceinline__ double block_sum_d(double v, double* scratch /* [32] */) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int warps = (blockDim.x + 31) >> 5;
+    double r = lane < warps ? scratch[lane] : 0.0;
+    r = warp_sum_d(r);
+    return r;  // valid in warp 0; callers broadcast through shared memory
+}
+
+// Broadcast warp 0 lane 0's value to the block.
+template <typename T>
+__device__ __forceinline__ T block_broadcast(T v, T* slot) {
+    __syncthreads();
+    if (threadIdx.x == 0) *slot = v;
+    __syncthreads();
+    return *slot;
+}
+
+// f32 → u32 key whose unsigned order is the float order (for selections on logits).
+__device__ __forceinline__ u32 order_key(float f) {
+    u32 b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// Per-token and per-sequence arrays of one step, uploaded by the host before the step runs.
+struct StepMeta {
+    const u32* token;      // [tokens] token id, or NERVA_FROM_SLOT | slot
+    const int* position;   // [tokens]
+    const int* token_seq;  // [tokens] batch index of the token's sequence
+    const int* seq_slot;   // [seqs] sampling slot (also the block-table row)
+    const int* counts;     // [0] tokens, [1] seqs, [2] logit rows
+    const int* lrow_token; // [logit rows] token whose final hidden state the row projects
+    const int* lrow_seq;   // [logit rows] batch index of the row's sequence
+    const int* lrow_sample;  // [logit rows] 1 when the row is sampled
+};

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The CUDA backend's whole GPU-machine run in one go (the machine keeps nothing between runs):
+# parity against the CPU reference and transformers, the decode benchmark against the read
+# bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
+#
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [parity-tiny] [parity-big] [bench-small] [bench-8b] [peer]
+#
+# BIN_DIR holds nervad, nervactl and gpu_decode built on the development machine.
+set -u
+B=$(realpath "${1:-.gpu}"); O=${2:-/tmp/nerva-gpu-out}; shift 2 || true
+steps="${*:-parity-tiny bench-small parity-big bench-8b peer}"
+mkdir -p "$O"
+export NERVA_CUDA_INCLUDE=${NERVA_CUDA_INCLUDE:-/usr/local/cuda/include}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/nerva-cache}
+export PYTHONUNBUFFERED=1
+M=/tmp/nerva-models
+mkdir -p $M
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$O/gpu.txt"
+has() { [[ " $steps " == *" $1 "* ]]; }
+model() { [ -f "$M/$1/config.json" ] || "$B/nervad" make-model --preset "$1" --out "$M/$1" --seed 1234 >/dev/null; }
+
+if has parity-tiny; then
+  timeout 300 python3 tests/parity/parity.py --nervad "$B/nervad" --backend cuda --device cuda \
+    --presets tiny,tiny-llama,tiny-qwen2,tiny-mistral --workdir /tmp/parity-tiny 2>&1 | tee "$O/parity_tiny.log"
+fi
+if has bench-small; then
+  model qwen3-0.6b
+  timeout 240 "$B/gpu_decode" --model $M/qwen3-0.6b --batch 1,8 --json 2>&1 | tee "$O/bench_qwen3-0.6b.log"
+fi
+if has parity-big; then
+  for p in qwen3-0.6b llama3-1b qwen2.5-0.5b; do model $p; done
+  timeout 900 python3 tests/parity/parity.py --nervad "$B/nervad" --backend cuda --device cuda \
+    --presets qwen3-0.6b,llama3-1b,qwen2.5-0.5b --checkpoint-root $M --workdir /tmp/parity-big 2>&1 | tee "$O/parity_big.log"
+fi
+if has bench-8b; then
+  model qwen3-8b
+  timeout 600 "$B/gpu_decode" --model $M/qwen3-8b --batch 1,8 --json 2>&1 | tee "$O/bench_qwen3-8b.log"
+fi
+if has peer; then
+  for p in qwen3-0.6b qwen3-8b; do
+    model $p
+    timeout 600 python3 lab/gpu/torch_peer.py --model $M/$p 2>&1 | tail -3 | tee -a "$O/peer.log"
+  done
+fi
+echo "== summary"
+grep -h "^| \|tok_s\|PASS\|FAIL\|bandwidth" "$O"/*.log 2>/dev/null | grep -v '^|---' | head -60

@@ -1,0 +1,256 @@
+//! CUDA decode against the device's read bandwidth, measured in the same run.
+//!
+//! ```text
+//! cargo bench -p nervad --bench gpu_decode -- --model DIR [--preset qwen3-8b] [--prompt 128]
+//!     [--tokens 256] [--batch 1,8]
+//! ```
+//! Prints (a) the device's streaming read bandwidth (16-byte loads over a large buffer, median
+//! of 20 passes), (b) per batch size, the whole engine decoding: ms/step p50/p99, tok/s, weight
+//! bytes read per step, achieved GB/s and its share of (a), launches, graph nodes and syncs per
+//! step. Without a CUDA device it says so and exits 0.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use nervad::backend::cuda::{CudaBackend, CudaOptions, GpuMemory};
+use nervad::backend::{Backend, BackendStats};
+use nervad::engine::{
+    ClientId, Engine, EngineEvent, EngineModel, EngineOptions, EventSink, GenerateRequest,
+    InferenceEngine, Prompt, RequestKey, SamplingParams, StopConditions,
+};
+use nervad::model::generate::{Preset, make_checkpoint};
+use nervad::model::{LoadOptions, LoadedModel};
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Hugging Face snapshot directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// Generate this preset into --model first if the directory does not exist.
+    #[arg(long)]
+    preset: Option<Preset>,
+    /// Prompt tokens.
+    #[arg(long, default_value_t = 128)]
+    prompt: usize,
+    /// New tokens per sequence (all timed after 8 warm-up steps).
+    #[arg(long, default_value_t = 256)]
+    tokens: usize,
+    /// Batch sizes to run, comma separated.
+    #[arg(long, default_value = "1")]
+    batch: String,
+    /// CUDA device.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Device memory budget.
+    #[arg(long, default_value = "0.9")]
+    gpu_memory: GpuMemory,
+    /// Bandwidth buffer, MiB.
+    #[arg(long, default_value_t = 8192)]
+    buffer_mib: usize,
+    /// Print one JSON line per batch size as well.
+    #[arg(long)]
+    json: bool,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Default)]
+struct Tally {
+    tokens: usize,
+}
+
+impl EventSink for Tally {
+    fn emit(&mut self, event: EngineEvent<'_>) {
+        if let EngineEvent::Tokens { ids, .. } = event {
+            self.tokens += ids.len();
+        }
+    }
+}
+
+fn delta(a: BackendStats, b: BackendStats) -> BackendStats {
+    BackendStats {
+        steps: b.steps - a.steps,
+        graph_steps: b.graph_steps - a.graph_steps,
+        launches: b.launches - a.launches,
+        graph_launches: b.graph_launches - a.graph_launches,
+        graph_nodes: b.graph_nodes - a.graph_nodes,
+        hard_syncs: b.hard_syncs - a.hard_syncs,
+        policy_syncs: b.policy_syncs - a.policy_syncs,
+        h2d_bytes: b.h2d_bytes - a.h2d_bytes,
+        d2h_bytes: b.d2h_bytes - a.d2h_bytes,
+        device_allocs: b.device_allocs - a.device_allocs,
+        pinned_allocs: b.pinned_allocs - a.pinned_allocs,
+        gpu_ms: b.gpu_ms - a.gpu_ms,
+    }
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(why) = nervad::backend::cuda::probe(args.device) {
+        println!("gpu_decode: skipped, no usable CUDA device ({why})");
+        return;
+    }
+    if let Some(preset) = args.preset
+        && !args.model.join("config.json").exists()
+    {
+        let t0 = Instant::now();
+        make_checkpoint(preset, &args.model, 1234, None).expect("generate checkpoint");
+        eprintln!(
+            "generated {preset:?} in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    let batches: Vec<usize> = args
+        .batch
+        .split(',')
+        .map(|b| b.trim().parse().expect("--batch: numbers"))
+        .collect();
+    let max_batch = *batches.iter().max().expect("--batch: at least one");
+    let load = LoadOptions {
+        prefault: true,
+        progress: false,
+    };
+    let t0 = Instant::now();
+    let model = EngineModel::from_loaded(LoadedModel::load_with(&args.model, load).expect("load"));
+    let load_s = t0.elapsed().as_secs_f64();
+    let context = args.prompt + args.tokens + 16;
+    let options = EngineOptions {
+        max_batch,
+        max_context: context.min(model.config.max_position_embeddings),
+        kv_budget_bytes: 0,
+        threads: 0,
+        max_step_tokens: 256.max(max_batch),
+        page_tokens: 16,
+        max_queued: max_batch,
+    };
+    let t0 = Instant::now();
+    let mut backend = CudaBackend::new(
+        &model.config,
+        &model.weights,
+        options.backend_options(&model.config),
+        CudaOptions {
+            device: args.device,
+            memory: args.gpu_memory,
+        },
+    )
+    .expect("CUDA backend");
+    let build_s = t0.elapsed().as_secs_f64();
+    let bandwidth = backend
+        .measure_read_bandwidth(args.buffer_mib << 20, 20)
+        .expect("bandwidth");
+    let weight_bytes = backend.weight_bytes_per_token();
+    let info = backend.info();
+    let nodes1 = backend.graph_nodes(1);
+    let vocab = model.config.vocab_size as u32;
+    let mut engine = Engine::new(model, Box::new(backend), options);
+    println!("device: {}", info.device);
+    println!(
+        "load {load_s:.1} s, backend build (upload, compile or cache, graph capture) {build_s:.1} s"
+    );
+    println!(
+        "read bandwidth: {:.2} TB/s ({} MiB, median of 20)",
+        bandwidth / 1e12,
+        args.buffer_mib
+    );
+    println!(
+        "weights read per step: {:.3} GB; roofline {:.1} steps/s; decode graph nodes (batch 1): {}",
+        weight_bytes as f64 / 1e9,
+        bandwidth / weight_bytes as f64,
+        nodes1.map_or("-".into(), |n| n.to_string())
+    );
+    println!(
+        "| batch | tok/s | ms/step p50 | p99 | GB/s | % of read roofline | launches/step | graph nodes/step | syncs/step | GPU ms/step |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut tag = 0u64;
+    for &n in &batches {
+        for c in 0..n {
+            tag += 1;
+            // A fixed pseudo-random prompt of exactly --prompt tokens.
+            let prompt: Vec<u32> = (0..args.prompt as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(c as u32 * 97) >> 7) % vocab)
+                .collect();
+            engine
+                .submit(GenerateRequest {
+                    key: RequestKey {
+                        client: ClientId {
+                            slot: c as u32,
+                            generation: 0,
+                        },
+                        tag,
+                    },
+                    prompt: Prompt::Tokens(prompt),
+                    sampling: SamplingParams::default(),
+                    max_tokens: (args.tokens + 16) as u32,
+                    stop: StopConditions {
+                        ignore_eos: true,
+                        ..StopConditions::default()
+                    },
+                    n_samples: 1,
+                    priority: 0,
+                    received_at: Instant::now(),
+                })
+                .expect("submit");
+        }
+        let mut sink = Tally::default();
+        // Prefill (one step per 256 prompt tokens of every sequence) and 8 decode warm-up steps.
+        while sink.tokens < 8 * n {
+            assert!(
+                engine.step(&mut sink),
+                "the requests ended during warm-up (see the log)"
+            );
+        }
+        let before = engine.backend_stats();
+        let mut times = Vec::with_capacity(args.tokens);
+        let t_all = Instant::now();
+        for _ in 0..args.tokens {
+            let t0 = Instant::now();
+            let more = engine.step(&mut sink);
+            times.push(t0.elapsed());
+            assert!(more, "the requests ended early (see the log)");
+        }
+        let wall = t_all.elapsed().as_secs_f64();
+        let d = delta(before, engine.backend_stats());
+        while engine.step(&mut sink) {}
+        times.sort();
+        let steps = args.tokens as f64;
+        let p50 = pct(&times, 0.5);
+        let gbs = weight_bytes as f64 / (p50 / 1e3) / 1e9;
+        let line = format!(
+            "| {n} | {:.0} | {p50:.3} | {:.3} | {gbs:.0} | {:.1}% | {:.1} | {:.1} | {:.2} | {:.3} |",
+            steps * n as f64 / wall,
+            pct(&times, 0.99),
+            100.0 * gbs * 1e9 / bandwidth,
+            d.launches as f64 / steps,
+            d.graph_nodes as f64 / steps,
+            (d.hard_syncs + d.policy_syncs) as f64 / steps,
+            d.gpu_ms / steps
+        );
+        println!("{line}");
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "batch": n,
+                    "tok_s": steps * n as f64 / wall,
+                    "ms_step_p50": p50,
+                    "ms_step_p99": pct(&times, 0.99),
+                    "weight_bytes": weight_bytes,
+                    "read_bw_bytes_s": bandwidth,
+                    "roofline_pct": 100.0 * gbs * 1e9 / bandwidth,
+                    "launches_per_step": d.launches as f64 / steps,
+                    "graph_nodes_per_step": d.graph_nodes as f64 / steps,
+                    "device_allocs": d.device_allocs,
+                    "pinned_allocs": d.pinned_allocs,
+                })
+            );
+        }
+    }
+}

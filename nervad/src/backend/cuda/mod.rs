@@ -1,0 +1,1649 @@
+//! The CUDA backend: exact BF16/F16 decode on one GPU.
+//!
+//! - Everything is allocated once at start, in one device arena sized from `--gpu-memory`:
+//!   weights (q|k|v and gate|up concatenated so each is one projection), the paged KV pool
+//!   (what the rest leaves), activations, attention partials, logits, sampler state, step
+//!   metadata, and a ring of pinned staging buffers. After construction nothing is allocated.
+//! - A step enqueues: embedding → per layer [RMSNorm+q|k|v projection, QK-norm+RoPE+KV append,
+//!   split-KV attention, combine, o_proj+residual, RMSNorm+gate|up projection,
+//!   silu·mul+down_proj+residual] → final norm+LM head over the rows that need logits →
+//!   sampling. Pure decode steps replay one CUDA graph captured per batch-size bucket at start.
+//! - Device-first tokens: a decode entry marked `from_last_sample` reads its input token from
+//!   the device token ring the previous step's sampler wrote, so the host never has to know it
+//!   before launching the next step. The host learns sampled tokens from a pinned copy after an
+//!   event: `launch` enqueues, `collect` waits for the oldest launched step.
+//! - Activations are f32 (as in the CPU reference); weights and KV stay in the checkpoint's
+//!   16-bit type; every reduction has one fixed order per output element (batch-invariant).
+
+pub mod driver;
+pub mod kernels;
+
+use std::collections::VecDeque;
+
+use crate::engine::api::SamplingParams;
+use crate::model::{DType, ModelConfig, ModelWeights, Tensor};
+
+use super::cpu::rope::RopeTable;
+use super::sampling::validate_params;
+use super::{
+    Backend, BackendError, BackendInfo, BackendLimits, BackendOptions, MAX_TOP_LOGPROBS,
+    SampledToken, SeqStep, StepOutput, validate_step,
+};
+use driver::{Args, DevBuf, DriverCounters, Event, Gpu, Graph, Kernel, Pinned};
+
+/// Query tokens' attention span is cut into this many partial blocks per kv head (fixed, so
+/// results never depend on the batch).
+const ATTN_SPLITS: u32 = 16;
+/// Must match `kernels/attention.cu`.
+const ATTN_MAX_GROUP: usize = 8;
+const ATTN_MAX_DIM: usize = 256;
+/// Must match `SlotParams` / `SampleRecord` in `kernels/sampling.cu`.
+const SLOT_PARAMS_BYTES: usize = 48;
+const RECORD_BYTES: usize = 176;
+/// Vocabulary chunks per sampled row in `logits_prepare` (kernels/sampling.cu).
+const PREP_CHUNKS: usize = 64;
+/// Steps that may be launched and not yet collected.
+const RING: usize = 4;
+/// Marks a decode token read from the device token ring (kernels/common.cuh).
+const FROM_SLOT: u32 = 0x8000_0000;
+
+/// How much device memory the backend may take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GpuMemory {
+    /// A fraction of the memory free at start.
+    Fraction(f64),
+    /// Exactly this many bytes.
+    Bytes(usize),
+}
+
+impl std::str::FromStr for GpuMemory {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if let Ok(f) = s.parse::<f64>()
+            && f > 0.0
+            && f <= 1.0
+            && s.contains('.')
+        {
+            return Ok(GpuMemory::Fraction(f));
+        }
+        crate::backend::parse_bytes(s)
+            .map(GpuMemory::Bytes)
+            .map_err(|e| format!("{e} (or a fraction of free memory such as 0.9)"))
+    }
+}
+
+/// CUDA-specific construction options.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CudaOptions {
+    /// Device ordinal.
+    pub device: usize,
+    /// Device memory budget.
+    pub memory: GpuMemory,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            device: 0,
+            memory: GpuMemory::Fraction(0.9),
+        }
+    }
+}
+
+/// Can this process use CUDA device `device`? `Ok(description)` or why not (auto mode falls
+/// back to the CPU with this reason).
+pub fn probe(device: usize) -> Result<String, BackendError> {
+    if !driver::driver_library_present() {
+        return Err(BackendError::Device(
+            "no CUDA driver (libcuda.so) on this host".into(),
+        ));
+    }
+    let (major, minor) = driver::driver_version()?;
+    if major < 12 {
+        return Err(BackendError::Device(format!(
+            "the CUDA driver supports CUDA {major}.{minor}; nervad needs 12.0 or newer"
+        )));
+    }
+    let count = cudarc::driver::CudaContext::device_count()?;
+    if count == 0 {
+        return Err(BackendError::Device(
+            "the CUDA driver sees no device".into(),
+        ));
+    }
+    if device as i32 >= count {
+        return Err(BackendError::Device(format!(
+            "--device {device}: the driver sees {count} device(s)"
+        )));
+    }
+    kernels::nvrtc_available()?;
+    Ok(format!("CUDA {major}.{minor}, {count} device(s)"))
+}
+
+/// Per-layer device weights.
+#[derive(Debug, Clone, Copy)]
+struct LayerBufs {
+    qkv: DevBuf,
+    qkv_bias: DevBuf,
+    o: DevBuf,
+    o_bias: DevBuf,
+    gate_up: DevBuf,
+    gate_up_bias: DevBuf,
+    down: DevBuf,
+    down_bias: DevBuf,
+    in_norm: DevBuf,
+    post_norm: DevBuf,
+    q_norm: DevBuf,
+    k_norm: DevBuf,
+}
+
+/// The kernels, looked up once.
+#[derive(Debug, Clone, Copy)]
+struct Kernels {
+    gemv_rms: [Kernel; 4],
+    gemv_plain_add: [Kernel; 4],
+    gemv_silu_add: [Kernel; 4],
+    embed: Kernel,
+    rope_append: Kernel,
+    attn_split: Kernel,
+    attn_combine: Kernel,
+    prepare: Kernel,
+    sample: Kernel,
+    read_bandwidth: Kernel,
+}
+
+/// Byte offsets of the step metadata arrays (one upload per step).
+#[derive(Debug, Clone, Copy)]
+struct MetaLayout {
+    token: usize,
+    position: usize,
+    token_seq: usize,
+    seq_slot: usize,
+    counts: usize,
+    lrow_token: usize,
+    lrow_seq: usize,
+    lrow_sample: usize,
+    bytes: usize,
+}
+
+impl MetaLayout {
+    fn new(tokens: usize, seqs: usize) -> Self {
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let o = at;
+            at += n * 4;
+            o
+        };
+        let token = take(tokens);
+        let position = take(tokens);
+        let token_seq = take(tokens);
+        let seq_slot = take(seqs);
+        let counts = take(4);
+        let lrow_token = take(tokens);
+        let lrow_seq = take(tokens);
+        let lrow_sample = take(tokens);
+        MetaLayout {
+            token,
+            position,
+            token_seq,
+            seq_slot,
+            counts,
+            lrow_token,
+            lrow_seq,
+            lrow_sample,
+            bytes: at,
+        }
+    }
+}
+
+/// The kernels' `StepMeta` (kernels/common.cuh): device pointers, passed by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct StepMetaArg {
+    token: u64,
+    position: u64,
+    token_seq: u64,
+    seq_slot: u64,
+    counts: u64,
+    lrow_token: u64,
+    lrow_seq: u64,
+    lrow_sample: u64,
+}
+
+/// The kernels' `KvGeometry` (kernels/kv.cuh).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct KvGeometryArg {
+    layers: i32,
+    layer: i32,
+    page_tokens: i32,
+    kv_dim: i32,
+    max_pages: i32,
+}
+
+/// Device buffers other than weights.
+#[derive(Debug, Clone, Copy)]
+struct Bufs {
+    embed: DevBuf,
+    lm_head: DevBuf,
+    final_norm: DevBuf,
+    cos: DevBuf,
+    sin: DevBuf,
+    kv: DevBuf,
+    x: DevBuf,
+    qkv: DevBuf,
+    q: DevBuf,
+    attn: DevBuf,
+    gu: DevBuf,
+    part_o: DevBuf,
+    part_ml: DevBuf,
+    logits: DevBuf,
+    weights: DevBuf,
+    meta: DevBuf,
+    tables: DevBuf,
+    params: DevBuf,
+    counts: DevBuf,
+    prompt_bits: DevBuf,
+    sampled: DevBuf,
+    records: DevBuf,
+    sink: DevBuf,
+    chunk_stats: DevBuf,
+}
+
+/// What one launched, not yet collected step needs at collect time.
+struct InFlight {
+    ring: usize,
+    seqs: usize,
+    /// Batch entries that sample (by batch index).
+    sample: [bool; 1024],
+}
+
+/// Staging of one ring entry.
+struct Stage {
+    meta: Pinned,
+    records: Pinned,
+    done: Event,
+    start: Event,
+    end: Event,
+}
+
+/// Cumulative figures of the backend (the token ledger reads these).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct CudaStats {
+    /// Driver counters (launches, graph replays and nodes, syncs, copies, allocations).
+    pub driver: DriverCounters,
+    /// Steps run.
+    pub steps: u64,
+    /// Steps that replayed a captured graph.
+    pub graph_steps: u64,
+    /// Device time of all steps, ms.
+    pub gpu_ms: f64,
+    /// Device time of the last collected step, ms.
+    pub last_gpu_ms: f32,
+}
+
+/// Everything a decode graph bucket needs.
+struct Bucket {
+    seqs: usize,
+    graph: Graph,
+}
+
+/// The CUDA backend.
+pub struct CudaBackend {
+    config: ModelConfig,
+    limits: BackendLimits,
+    dtype: DType,
+    device_name: String,
+    arch: u32,
+    layers: Vec<LayerBufs>,
+    bufs: Bufs,
+    k: Kernels,
+    meta: MetaLayout,
+    stages: Vec<Stage>,
+    logits_stage: Pinned,
+    next_stage: usize,
+    in_flight: VecDeque<InFlight>,
+    buckets: Vec<Bucket>,
+    /// Host mirror of the device block tables, `[max_seqs, max_pages]`, and each row's length.
+    tables: Vec<i32>,
+    table_len: Vec<usize>,
+    /// Scratch for a slot's prompt bitset.
+    bits: Vec<u32>,
+    weight_bytes: usize,
+    kv_page_bytes: usize,
+    arena_bytes: usize,
+    stats: CudaStats,
+    /// Last: dropped after every handle above that belongs to its context.
+    gpu: Gpu,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("device", &self.device_name)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+fn unsupported(msg: String) -> BackendError {
+    BackendError::Unsupported(msg)
+}
+
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and every byte of it is initialized; the view covers exactly
+    // the slice.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+fn i32_bytes(v: &[i32]) -> &[u8] {
+    // SAFETY: as for f32.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+fn u32_bytes(v: &[u32]) -> &[u8] {
+    // SAFETY: as for f32.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+fn put_u32(buf: &mut [u8], offset: usize, index: usize, v: u32) {
+    let at = offset + index * 4;
+    buf[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+}
+
+/// Bytes of the arena, in carve order (a plan computed before allocating anything).
+struct Plan {
+    sizes: Vec<usize>,
+}
+
+impl Plan {
+    fn total(&self) -> usize {
+        self.sizes.iter().map(|s| s.next_multiple_of(256)).sum()
+    }
+}
+
+impl CudaBackend {
+    /// Build the backend on `cuda.device` for `config`/`weights`.
+    pub fn new(
+        config: &ModelConfig,
+        weights: &ModelWeights,
+        options: BackendOptions,
+        cuda: CudaOptions,
+    ) -> Result<Self, BackendError> {
+        let c = config;
+        let dtype = weights.embed_tokens.dtype();
+        if !matches!(dtype, DType::BF16 | DType::F16) {
+            return Err(unsupported(format!(
+                "the CUDA backend runs BF16 and F16 checkpoints; this one is {dtype:?} \
+                 (use --backend cpu)"
+            )));
+        }
+        let (h, qd, kvd, inter, vocab) = (
+            c.hidden_size,
+            c.q_dim(),
+            c.kv_dim(),
+            c.intermediate_size,
+            c.vocab_size,
+        );
+        let hd = c.head_dim;
+        if c.num_key_value_heads == 0
+            || !c.num_attention_heads.is_multiple_of(c.num_key_value_heads)
+        {
+            return Err(unsupported(format!(
+                "{} heads over {} kv heads",
+                c.num_attention_heads, c.num_key_value_heads
+            )));
+        }
+        let dim_ok = hd.is_multiple_of(8) && (hd <= 32 || hd.is_multiple_of(32));
+        if c.gqa_group() > ATTN_MAX_GROUP || hd > ATTN_MAX_DIM || !dim_ok {
+            return Err(unsupported(format!(
+                "the CUDA attention kernel takes head_dim up to 32 (a multiple of 8) or a \
+                 multiple of 32 up to {ATTN_MAX_DIM} \
+                 and up to {ATTN_MAX_GROUP} query heads per kv head; the model has head_dim \
+                 {hd}, {} per kv head",
+                c.gqa_group()
+            )));
+        }
+        for (what, k) in [
+            ("hidden_size", h),
+            ("q_dim", qd),
+            ("intermediate_size", inter),
+        ] {
+            if !k.is_multiple_of(8) {
+                return Err(unsupported(format!(
+                    "{what} {k} is not a multiple of 8 (16-byte weight loads)"
+                )));
+            }
+        }
+        if options.max_seqs == 0 || options.max_step_tokens == 0 || options.page_tokens == 0 {
+            return Err(BackendError::Limits(
+                "max_seqs, max_step_tokens and page_tokens must be > 0".into(),
+            ));
+        }
+        if options.max_seqs > 1024 {
+            return Err(BackendError::Limits(
+                "the CUDA backend runs at most 1024 sequences".into(),
+            ));
+        }
+        if options.max_context == 0 || options.max_context > c.max_position_embeddings {
+            return Err(BackendError::Limits(format!(
+                "max context {} outside 1..={}",
+                options.max_context, c.max_position_embeddings
+            )));
+        }
+        let all_matrices = std::iter::once(&weights.embed_tokens)
+            .chain(std::iter::once(&weights.lm_head))
+            .chain(weights.layers.iter().flat_map(|l| {
+                [
+                    &l.self_attn.q_proj.weight,
+                    &l.self_attn.k_proj.weight,
+                    &l.self_attn.v_proj.weight,
+                    &l.self_attn.o_proj.weight,
+                    &l.mlp.gate_proj.weight,
+                    &l.mlp.up_proj.weight,
+                    &l.mlp.down_proj.weight,
+                ]
+            }));
+        for t in all_matrices {
+            if t.dtype() != dtype {
+                return Err(unsupported(format!(
+                    "mixed weight dtypes ({:?} and {dtype:?})",
+                    t.dtype()
+                )));
+            }
+        }
+        if weights.layers.len() != c.num_hidden_layers {
+            return Err(unsupported(format!(
+                "{} layers in the weights, {} in the config",
+                weights.layers.len(),
+                c.num_hidden_layers
+            )));
+        }
+
+        let (mut gpu, facts) = Gpu::open(cuda.device)?;
+        if facts.capability.0 < 8 {
+            return Err(BackendError::Device(format!(
+                "{} is sm_{}{}; the CUDA backend needs sm_80 (Ampere) or newer",
+                facts.name, facts.capability.0, facts.capability.1
+            )));
+        }
+        let arch = (facts.capability.0 * 10 + facts.capability.1) as u32;
+        let compiled = kernels::build_all(arch)?;
+        let from_cache = compiled.iter().filter(|m| m.cached).count();
+        tracing::info!(arch, modules = compiled.len(), from_cache, "kernels ready");
+
+        // The arena plan: everything but the KV pool, then the KV pool from what is left.
+        let wb = dtype.size();
+        let s = options.max_seqs;
+        let t = options.max_step_tokens;
+        let max_pages = options.max_context.div_ceil(options.page_tokens);
+        let z = ATTN_SPLITS as usize;
+        let tied = std::ptr::eq(
+            weights.lm_head.bytes().as_ptr(),
+            weights.embed_tokens.bytes().as_ptr(),
+        );
+        let layer_sizes = |l: &crate::model::DecoderLayer| -> Vec<usize> {
+            vec![
+                (qd + 2 * kvd) * h * wb,
+                if l.self_attn.q_proj.bias.is_some() {
+                    (qd + 2 * kvd) * 4
+                } else {
+                    0
+                },
+                h * qd * wb,
+                if l.self_attn.o_proj.bias.is_some() {
+                    h * 4
+                } else {
+                    0
+                },
+                2 * inter * h * wb,
+                if l.mlp.gate_proj.bias.is_some() {
+                    2 * inter * 4
+                } else {
+                    0
+                },
+                h * inter * wb,
+                if l.mlp.down_proj.bias.is_some() {
+                    h * 4
+                } else {
+                    0
+                },
+                h * 4,
+                h * 4,
+                if l.self_attn.q_norm.is_some() {
+                    hd * 4
+                } else {
+                    0
+                },
+                if l.self_attn.k_norm.is_some() {
+                    hd * 4
+                } else {
+                    0
+                },
+            ]
+        };
+        let meta = MetaLayout::new(t, s);
+        let mut fixed = Plan { sizes: Vec::new() };
+        for l in &weights.layers {
+            fixed.sizes.extend(layer_sizes(l));
+        }
+        let head_sizes = vec![
+            vocab * h * wb,                         // embed
+            if tied { 0 } else { vocab * h * wb },  // lm_head
+            h * 4,                                  // final norm
+            options.max_context * (hd / 2) * 4,     // cos
+            options.max_context * (hd / 2) * 4,     // sin
+            t * h * 4,                              // x
+            t * (qd + 2 * kvd) * 4,                 // qkv
+            t * qd * 4,                             // q
+            t * qd * 4,                             // attn
+            t * 2 * inter * 4,                      // gu
+            t * c.num_attention_heads * z * hd * 4, // part_o
+            t * c.num_attention_heads * z * 2 * 4,  // part_ml
+            s * vocab * 4,                          // logits
+            s * vocab * 4,                          // sampling weights
+            meta.bytes,                             // meta
+            s * max_pages * 4,                      // tables
+            s * SLOT_PARAMS_BYTES,                  // params
+            s * vocab * 4,                          // counts
+            s * vocab.div_ceil(32) * 4,             // prompt bits
+            s * 4,                                  // sampled
+            s * RECORD_BYTES,                       // records
+            256,                                    // sink
+            s * PREP_CHUNKS * 16,                   // chunk statistics of sampled rows
+        ];
+        fixed.sizes.extend(head_sizes.iter().copied());
+        let fixed_bytes = fixed.total();
+        let budget = match cuda.memory {
+            GpuMemory::Fraction(f) => (facts.free as f64 * f) as usize,
+            GpuMemory::Bytes(b) => b,
+        };
+        let page_bytes = c.num_hidden_layers * 2 * options.page_tokens * kvd * wb;
+        let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+        if fixed_bytes + page_bytes > budget {
+            return Err(BackendError::Device(format!(
+                "the model needs {:.2} GiB of device memory (weights, activations, sampler) plus \
+                 KV pages; --gpu-memory gives {:.2} GiB ({} free of {:.2} GiB on {}): {:.2} GiB \
+                 missing",
+                gib(fixed_bytes),
+                gib(budget),
+                format_args!("{:.2} GiB", gib(facts.free)),
+                gib(facts.total),
+                facts.name,
+                gib(fixed_bytes + page_bytes - budget)
+            )));
+        }
+        // No more pages than max_seqs full-context sequences can use.
+        let num_pages = ((budget - fixed_bytes - 256) / page_bytes)
+            .min(s * max_pages)
+            .max(1);
+        let kv_bytes = num_pages * page_bytes;
+        let arena_bytes = fixed_bytes + kv_bytes.next_multiple_of(256) + 256;
+        gpu.allocate_arena(arena_bytes)?;
+
+        // Carve and upload, in plan order.
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        let mut weight_bytes = 0usize;
+        for (i, l) in weights.layers.iter().enumerate() {
+            let sz = layer_sizes(l);
+            let mut carve = |n: usize| -> Result<DevBuf, BackendError> {
+                if n == 0 {
+                    Ok(DevBuf::NULL)
+                } else {
+                    gpu.carve(n)
+                }
+            };
+            let lb = LayerBufs {
+                qkv: carve(sz[0])?,
+                qkv_bias: carve(sz[1])?,
+                o: carve(sz[2])?,
+                o_bias: carve(sz[3])?,
+                gate_up: carve(sz[4])?,
+                gate_up_bias: carve(sz[5])?,
+                down: carve(sz[6])?,
+                down_bias: carve(sz[7])?,
+                in_norm: carve(sz[8])?,
+                post_norm: carve(sz[9])?,
+                q_norm: carve(sz[10])?,
+                k_norm: carve(sz[11])?,
+            };
+            let a = &l.self_attn;
+            let m = &l.mlp;
+            let p = |name: &str| format!("model.layers.{i}.{name}");
+            let shape = |name: String, t: &Tensor, want: &[usize]| -> Result<(), BackendError> {
+                if t.shape() != want {
+                    return Err(unsupported(format!(
+                        "{name} has shape {:?}, expected {want:?}",
+                        t.shape()
+                    )));
+                }
+                Ok(())
+            };
+            shape(p("self_attn.q_proj.weight"), &a.q_proj.weight, &[qd, h])?;
+            shape(p("self_attn.k_proj.weight"), &a.k_proj.weight, &[kvd, h])?;
+            shape(p("self_attn.v_proj.weight"), &a.v_proj.weight, &[kvd, h])?;
+            shape(p("self_attn.o_proj.weight"), &a.o_proj.weight, &[h, qd])?;
+            shape(p("mlp.gate_proj.weight"), &m.gate_proj.weight, &[inter, h])?;
+            shape(p("mlp.up_proj.weight"), &m.up_proj.weight, &[inter, h])?;
+            shape(p("mlp.down_proj.weight"), &m.down_proj.weight, &[h, inter])?;
+            let mut at = 0;
+            for t in [&a.q_proj.weight, &a.k_proj.weight, &a.v_proj.weight] {
+                gpu.upload(lb.qkv.at(at), t.bytes())?;
+                at += t.bytes().len();
+            }
+            if lb.qkv_bias.bytes > 0 {
+                let mut bias = Vec::with_capacity(qd + 2 * kvd);
+                for b in [&a.q_proj.bias, &a.k_proj.bias, &a.v_proj.bias] {
+                    match b {
+                        Some(b) => bias.extend(b.to_f32_vec()),
+                        None => return Err(unsupported(p("q/k/v biases: some but not all"))),
+                    }
+                }
+                gpu.upload(lb.qkv_bias.ptr, f32_bytes(&bias))?;
+            }
+            gpu.upload(lb.o.ptr, a.o_proj.weight.bytes())?;
+            if let Some(b) = &a.o_proj.bias {
+                gpu.upload(lb.o_bias.ptr, f32_bytes(&b.to_f32_vec()))?;
+            }
+            gpu.upload(lb.gate_up.ptr, m.gate_proj.weight.bytes())?;
+            gpu.upload(
+                lb.gate_up.at(m.gate_proj.weight.bytes().len()),
+                m.up_proj.weight.bytes(),
+            )?;
+            if lb.gate_up_bias.bytes > 0 {
+                let (Some(g), Some(u)) = (&m.gate_proj.bias, &m.up_proj.bias) else {
+                    return Err(unsupported(p("gate/up biases: one but not both")));
+                };
+                let mut bias = g.to_f32_vec();
+                bias.extend(u.to_f32_vec());
+                gpu.upload(lb.gate_up_bias.ptr, f32_bytes(&bias))?;
+            }
+            gpu.upload(lb.down.ptr, m.down_proj.weight.bytes())?;
+            if let Some(b) = &m.down_proj.bias {
+                gpu.upload(lb.down_bias.ptr, f32_bytes(&b.to_f32_vec()))?;
+            }
+            gpu.upload(lb.in_norm.ptr, f32_bytes(&l.input_layernorm.to_f32_vec()))?;
+            gpu.upload(
+                lb.post_norm.ptr,
+                f32_bytes(&l.post_attention_layernorm.to_f32_vec()),
+            )?;
+            if let Some(n) = &a.q_norm {
+                gpu.upload(lb.q_norm.ptr, f32_bytes(&n.to_f32_vec()))?;
+            }
+            if let Some(n) = &a.k_norm {
+                gpu.upload(lb.k_norm.ptr, f32_bytes(&n.to_f32_vec()))?;
+            }
+            weight_bytes += sz[0] + sz[2] + sz[4] + sz[6];
+            layers.push(lb);
+            // Uploads of pageable memory are staged by the driver; keep the host from racing
+            // far ahead of the copy engine on multi-GB checkpoints.
+            if i % 8 == 7 {
+                gpu.synchronize()?;
+            }
+        }
+        let embed = gpu.carve(head_sizes[0])?;
+        gpu.upload(embed.ptr, weights.embed_tokens.bytes())?;
+        let lm_head = if tied {
+            embed
+        } else {
+            let b = gpu.carve(head_sizes[1])?;
+            gpu.upload(b.ptr, weights.lm_head.bytes())?;
+            b
+        };
+        weight_bytes += vocab * h * wb;
+        let final_norm = gpu.carve(head_sizes[2])?;
+        gpu.upload(final_norm.ptr, f32_bytes(&weights.norm.to_f32_vec()))?;
+        let rope = RopeTable::new(c, options.max_context);
+        let (cos_t, sin_t) = rope.tables();
+        let cos = gpu.carve(head_sizes[3])?;
+        gpu.upload(cos.ptr, f32_bytes(cos_t))?;
+        let sin = gpu.carve(head_sizes[4])?;
+        gpu.upload(sin.ptr, f32_bytes(sin_t))?;
+        let mut next = head_sizes[5..].iter();
+        let mut carve_next = || gpu.carve(*next.next().expect("plan covers every buffer"));
+        let x = carve_next()?;
+        let qkv = carve_next()?;
+        let q = carve_next()?;
+        let attn = carve_next()?;
+        let gu = carve_next()?;
+        let part_o = carve_next()?;
+        let part_ml = carve_next()?;
+        let logits = carve_next()?;
+        let weights_buf = carve_next()?;
+        let meta_buf = carve_next()?;
+        let tables = carve_next()?;
+        let params = carve_next()?;
+        let counts = carve_next()?;
+        let prompt_bits = carve_next()?;
+        let sampled = carve_next()?;
+        let records = carve_next()?;
+        let sink = carve_next()?;
+        let chunk_stats = carve_next()?;
+        let kv = gpu.carve(kv_bytes)?;
+        let bufs = Bufs {
+            embed,
+            lm_head,
+            final_norm,
+            cos,
+            sin,
+            kv,
+            x,
+            qkv,
+            q,
+            attn,
+            gu,
+            part_o,
+            part_ml,
+            logits,
+            weights: weights_buf,
+            meta: meta_buf,
+            tables,
+            params,
+            counts,
+            prompt_bits,
+            sampled,
+            records,
+            sink,
+            chunk_stats,
+        };
+        // Activations start at zero: rows a padded graph bucket computes but never uses must
+        // not hold NaN patterns that a debugger would trip over.
+        for b in [
+            x,
+            qkv,
+            q,
+            attn,
+            gu,
+            tables,
+            counts,
+            prompt_bits,
+            sampled,
+            meta_buf,
+            params,
+        ] {
+            gpu.zero(b.ptr, b.bytes)?;
+        }
+
+        let mut module_kernels = Vec::new();
+        let dt = if dtype == DType::BF16 { "bf16" } else { "f16" };
+        for m in &compiled {
+            let names: Vec<String> = match m.name {
+                "gemv.cu" => ["rms", "plain_add", "silu_add"]
+                    .iter()
+                    .flat_map(|mode| [1, 2, 4, 8].map(|t| format!("gemv_{mode}_{dt}_t{t}")))
+                    .collect(),
+                "embedding.cu" => vec![format!("embed_{dt}")],
+                "rope_kv.cu" => vec![format!("rope_append_{dt}")],
+                "attention.cu" => vec![format!("attn_split_{dt}"), "attn_combine".into()],
+                "sampling.cu" => vec!["logits_prepare".into(), "sample_rows".into()],
+                "bench.cu" => vec!["read_bandwidth".into()],
+                other => return Err(BackendError::Device(format!("unexpected module {other}"))),
+            };
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            module_kernels.push(gpu.load(&m.cubin, &refs)?);
+        }
+        let g = &module_kernels[0];
+        let k = Kernels {
+            gemv_rms: [g[0], g[1], g[2], g[3]],
+            gemv_plain_add: [g[4], g[5], g[6], g[7]],
+            gemv_silu_add: [g[8], g[9], g[10], g[11]],
+            embed: module_kernels[1][0],
+            rope_append: module_kernels[2][0],
+            attn_split: module_kernels[3][0],
+            attn_combine: module_kernels[3][1],
+            prepare: module_kernels[4][0],
+            sample: module_kernels[4][1],
+            read_bandwidth: module_kernels[5][0],
+        };
+
+        let mut stages = Vec::with_capacity(RING);
+        for _ in 0..RING {
+            stages.push(Stage {
+                meta: gpu.pinned(meta.bytes)?,
+                records: gpu.pinned(s * RECORD_BYTES)?,
+                done: gpu.event(false)?,
+                start: gpu.event(true)?,
+                end: gpu.event(true)?,
+            });
+        }
+        let logits_stage = gpu.pinned(s * vocab * 4)?;
+        gpu.synchronize()?;
+
+        let limits = BackendLimits {
+            max_seqs: s,
+            max_step_tokens: t,
+            page_tokens: options.page_tokens,
+            num_pages,
+            max_context: options.max_context,
+        };
+        let mut backend = CudaBackend {
+            config: c.clone(),
+            limits,
+            dtype,
+            device_name: format!(
+                "{} (sm_{}{}, {} SMs, {:.1} GiB)",
+                facts.name,
+                facts.capability.0,
+                facts.capability.1,
+                facts.sms,
+                gib(facts.total)
+            ),
+            arch,
+            layers,
+            bufs,
+            k,
+            meta,
+            stages,
+            logits_stage,
+            next_stage: 0,
+            in_flight: VecDeque::with_capacity(RING),
+            buckets: Vec::new(),
+            tables: vec![0; s * max_pages],
+            table_len: vec![0; s],
+            bits: vec![0; vocab.div_ceil(32)],
+            weight_bytes,
+            kv_page_bytes: page_bytes,
+            arena_bytes,
+            stats: CudaStats::default(),
+            gpu,
+        };
+        backend.capture_buckets()?;
+        tracing::info!(
+            device = %backend.device_name,
+            arena_gib = gib(arena_bytes),
+            weight_gib = gib(weight_bytes),
+            kv_pages = num_pages,
+            graphs = backend.buckets.len(),
+            "CUDA backend ready"
+        );
+        Ok(backend)
+    }
+
+    /// Bytes of weights one decode step reads (every layer matrix plus the LM head).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Bytes of one KV page (all layers, k and v).
+    pub fn kv_page_bytes(&self) -> usize {
+        self.kv_page_bytes
+    }
+
+    /// Bytes of the device arena.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    /// Compute capability as a number (90 for sm_90).
+    pub fn arch(&self) -> u32 {
+        self.arch
+    }
+
+    /// Cumulative statistics.
+    pub fn stats(&self) -> CudaStats {
+        let mut s = self.stats;
+        s.driver = self.gpu.counters;
+        s
+    }
+
+    /// Kernel nodes of the decode graph for `seqs` sequences, if one was captured.
+    pub fn graph_nodes(&self, seqs: usize) -> Option<usize> {
+        self.buckets
+            .iter()
+            .find(|b| b.seqs >= seqs)
+            .map(|b| b.graph.nodes)
+    }
+
+    /// Measure the device's streaming read bandwidth over `bytes` of the KV pool (its contents
+    /// are not needed: call before serving). Returns bytes per second (median of `reps`).
+    pub fn measure_read_bandwidth(
+        &mut self,
+        bytes: usize,
+        reps: usize,
+    ) -> Result<f64, BackendError> {
+        self.gpu.bind()?;
+        let bytes = bytes.min(self.bufs.kv.bytes) / 16 * 16;
+        let n = (bytes / 16) as u64;
+        let start = self.gpu.event(true)?;
+        let end = self.gpu.event(true)?;
+        let mut times = Vec::with_capacity(reps);
+        let src = self.bufs.kv.ptr;
+        let sink = self.bufs.sink.ptr;
+        for rep in 0..reps + 1 {
+            self.gpu.record(&start)?;
+            // SAFETY: read_bandwidth(const uint4*, size_t, unsigned*): n uint4 lie inside the
+            // KV pool, sink is 256 bytes.
+            unsafe {
+                self.gpu.launch(
+                    self.k.read_bandwidth,
+                    (1024 * 8, 1, 1),
+                    512,
+                    Args::new().arg(&src).arg(&n).arg(&sink),
+                )
+            }?;
+            self.gpu.record(&end)?;
+            self.gpu.wait(&end, true)?;
+            if rep > 0 {
+                times.push(self.gpu.elapsed_ms(&start, &end)? as f64);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        let ms = times[times.len() / 2];
+        Ok(bytes as f64 / (ms / 1e3))
+    }
+
+    fn geometry(&self, layer: usize) -> KvGeometryArg {
+        KvGeometryArg {
+            layers: self.config.num_hidden_layers as i32,
+            layer: layer as i32,
+            page_tokens: self.limits.page_tokens as i32,
+            kv_dim: self.config.kv_dim() as i32,
+            max_pages: self.limits.max_pages_per_seq() as i32,
+        }
+    }
+
+    fn meta_arg(&self) -> StepMetaArg {
+        let b = self.bufs.meta;
+        let m = self.meta;
+        StepMetaArg {
+            token: b.at(m.token),
+            position: b.at(m.position),
+            token_seq: b.at(m.token_seq),
+            seq_slot: b.at(m.seq_slot),
+            counts: b.at(m.counts),
+            lrow_token: b.at(m.lrow_token),
+            lrow_seq: b.at(m.lrow_seq),
+            lrow_sample: b.at(m.lrow_sample),
+        }
+    }
+
+    /// y (=|+=) in(x) W^T for `t` tokens (`rows`: gather of x rows, 0 = identity).
+    #[allow(clippy::too_many_arguments)]
+    fn gemv(
+        &mut self,
+        family: [Kernel; 4],
+        w: DevBuf,
+        bias: DevBuf,
+        x: u64,
+        x_stride: i32,
+        rows: u64,
+        norm: DevBuf,
+        k: usize,
+        r: usize,
+        t: usize,
+        y: u64,
+        y_stride: i32,
+    ) -> Result<(), BackendError> {
+        let kernel = match t {
+            1 => family[0],
+            2 => family[1],
+            3 | 4 => family[2],
+            _ => family[3],
+        };
+        let eps = self.config.rms_norm_eps as f32;
+        let (k, r, t) = (k as i32, r as i32, t as i32);
+        let grid = (r as u32).div_ceil(4);
+        // SAFETY: gemv_*(const W* w, const float* bias, const float* x, int x_stride,
+        // const int* x_rows, const float* norm_w, float eps, int K, int R, int T, float* y,
+        // int y_stride): w holds R×K weights, x and y hold T rows of their strides (buffers sized
+        // for max_step_tokens / max_seqs rows), bias/norm are null or K/R floats.
+        unsafe {
+            self.gpu.launch(
+                kernel,
+                (grid, 1, 1),
+                128,
+                Args::new()
+                    .arg(&w.ptr)
+                    .arg(&bias.ptr)
+                    .arg(&x)
+                    .arg(&x_stride)
+                    .arg(&rows)
+                    .arg(&norm.ptr)
+                    .arg(&eps)
+                    .arg(&k)
+                    .arg(&r)
+                    .arg(&t)
+                    .arg(&y)
+                    .arg(&y_stride),
+            )
+        }
+    }
+
+    /// Enqueue the forward pass of `t` tokens through the last hidden state (no LM head).
+    fn enqueue_layers(&mut self, t: usize) -> Result<(), BackendError> {
+        let c = self.config.clone();
+        let (h, qd, kvd, inter) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
+        let (heads, kv_heads, hd) = (
+            c.num_attention_heads as i32,
+            c.num_key_value_heads as i32,
+            c.head_dim as i32,
+        );
+        let meta = self.meta_arg();
+        let b = self.bufs;
+        let eps = c.rms_norm_eps as f32;
+        let hidden = h as i32;
+        let vocab = c.vocab_size as u32;
+        // SAFETY: embed_*(StepMeta, const u32* sampled, const W* table, u32 vocab, int hidden,
+        // float* x):
+        // x holds max_step_tokens rows; token ids were validated against the vocabulary, and
+        // device-ring tokens were written by the sampler (always < vocab).
+        unsafe {
+            self.gpu.launch(
+                self.k.embed,
+                (t as u32, 1, 1),
+                128,
+                Args::new()
+                    .arg(&meta)
+                    .arg(&b.sampled.ptr)
+                    .arg(&b.embed.ptr)
+                    .arg(&vocab)
+                    .arg(&hidden)
+                    .arg(&b.x.ptr),
+            )
+        }?;
+        let qkv_w = (qd + 2 * kvd) as i32;
+        let window = c.sliding_window.unwrap_or(0) as i32;
+        let scale = 1.0f32 / (c.head_dim as f32).sqrt();
+        let splits = ATTN_SPLITS as i32;
+        // One warp per head (q, k and v heads) in a single pass where 1024 threads allow.
+        let rope_threads =
+            (32 * (c.num_attention_heads + 2 * c.num_key_value_heads)).min(1024) as u32;
+        for li in 0..c.num_hidden_layers {
+            let l = self.layers[li];
+            self.gemv(
+                self.k.gemv_rms,
+                l.qkv,
+                l.qkv_bias,
+                b.x.ptr,
+                hidden,
+                0,
+                l.in_norm,
+                h,
+                qd + 2 * kvd,
+                t,
+                b.qkv.ptr,
+                qkv_w,
+            )?;
+            let geo = self.geometry(li);
+            // SAFETY: rope_append_*(StepMeta, const float* qkv, float* q_out, KV* kv,
+            // const int* tables, KvGeometry, int heads, int kv_heads, int head_dim,
+            // const float* q_norm, const float* k_norm, float eps, const float* cos,
+            // const float* sin): positions < max_context (validated) index the rope tables and
+            // the block tables cover them (validated), so every KV write lands in the pool.
+            unsafe {
+                self.gpu.launch(
+                    self.k.rope_append,
+                    (t as u32, 1, 1),
+                    rope_threads,
+                    Args::new()
+                        .arg(&meta)
+                        .arg(&b.qkv.ptr)
+                        .arg(&b.q.ptr)
+                        .arg(&b.kv.ptr)
+                        .arg(&b.tables.ptr)
+                        .arg(&geo)
+                        .arg(&heads)
+                        .arg(&kv_heads)
+                        .arg(&hd)
+                        .arg(&l.q_norm.ptr)
+                        .arg(&l.k_norm.ptr)
+                        .arg(&eps)
+                        .arg(&b.cos.ptr)
+                        .arg(&b.sin.ptr),
+                )
+            }?;
+            // SAFETY: attn_split_*(StepMeta, const float* q, const KV* kv, const int* tables,
+            // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
+            // float* part_o, float* part_ml): partial buffers hold max_step_tokens × heads ×
+            // ATTN_SPLITS entries; reads stay within positions the block tables cover.
+            unsafe {
+                self.gpu.launch(
+                    self.k.attn_split,
+                    (t as u32, kv_heads as u32, ATTN_SPLITS),
+                    128,
+                    Args::new()
+                        .arg(&meta)
+                        .arg(&b.q.ptr)
+                        .arg(&b.kv.ptr)
+                        .arg(&b.tables.ptr)
+                        .arg(&geo)
+                        .arg(&heads)
+                        .arg(&kv_heads)
+                        .arg(&hd)
+                        .arg(&window)
+                        .arg(&scale)
+                        .arg(&b.part_o.ptr)
+                        .arg(&b.part_ml.ptr),
+                )
+            }?;
+            // SAFETY: attn_combine(StepMeta, const float* part_o, const float* part_ml,
+            // int heads, int head_dim, int splits, float* out): same partial layout; out holds
+            // max_step_tokens × q_dim floats.
+            unsafe {
+                self.gpu.launch(
+                    self.k.attn_combine,
+                    (t as u32, heads as u32, 1),
+                    128,
+                    Args::new()
+                        .arg(&meta)
+                        .arg(&b.part_o.ptr)
+                        .arg(&b.part_ml.ptr)
+                        .arg(&heads)
+                        .arg(&hd)
+                        .arg(&splits)
+                        .arg(&b.attn.ptr),
+                )
+            }?;
+            self.gemv(
+                self.k.gemv_plain_add,
+                l.o,
+                l.o_bias,
+                b.attn.ptr,
+                qd as i32,
+                0,
+                DevBuf::NULL,
+                qd,
+                h,
+                t,
+                b.x.ptr,
+                hidden,
+            )?;
+            self.gemv(
+                self.k.gemv_rms,
+                l.gate_up,
+                l.gate_up_bias,
+                b.x.ptr,
+                hidden,
+                0,
+                l.post_norm,
+                h,
+                2 * inter,
+                t,
+                b.gu.ptr,
+                (2 * inter) as i32,
+            )?;
+            self.gemv(
+                self.k.gemv_silu_add,
+                l.down,
+                l.down_bias,
+                b.gu.ptr,
+                (2 * inter) as i32,
+                0,
+                DevBuf::NULL,
+                inter,
+                h,
+                t,
+                b.x.ptr,
+                hidden,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Final norm + LM head for logit rows `base..base + rows`, then sampling of those rows.
+    fn enqueue_head(
+        &mut self,
+        base: usize,
+        rows: usize,
+        copy_logits: bool,
+    ) -> Result<(), BackendError> {
+        let c = &self.config;
+        let (h, vocab) = (c.hidden_size, c.vocab_size);
+        let b = self.bufs;
+        let meta = self.meta_arg();
+        let row_ptr = meta.lrow_token + (base * 4) as u64;
+        self.gemv(
+            self.k.gemv_rms,
+            b.lm_head,
+            DevBuf::NULL,
+            b.x.ptr,
+            h as i32,
+            row_ptr,
+            b.final_norm,
+            h,
+            vocab,
+            rows,
+            b.logits.ptr,
+            vocab as i32,
+        )?;
+        if copy_logits {
+            let n = rows * vocab * 4;
+            self.gpu
+                .download(&mut self.logits_stage, 0..n, b.logits.ptr)?;
+        }
+        let (base_i, rows_i, vocab_i) = (base as i32, rows as i32, vocab as i32);
+        // SAFETY: logits_prepare(StepMeta, int row_base, int rows, float* logits, int vocab,
+        // const SlotParams*, const u32* counts, const u32* prompt_bits, ChunkStats* stats):
+        // logits hold max_seqs ≥ rows rows, stats max_seqs × PREP_CHUNKS entries.
+        unsafe {
+            self.gpu.launch(
+                self.k.prepare,
+                (rows as u32, PREP_CHUNKS as u32, 1),
+                256,
+                Args::new()
+                    .arg(&meta)
+                    .arg(&base_i)
+                    .arg(&rows_i)
+                    .arg(&b.logits.ptr)
+                    .arg(&vocab_i)
+                    .arg(&b.params.ptr)
+                    .arg(&b.counts.ptr)
+                    .arg(&b.prompt_bits.ptr)
+                    .arg(&b.chunk_stats.ptr),
+            )
+        }?;
+        // SAFETY: sample_rows(StepMeta, int row_base, int rows, float* logits, int vocab,
+        // SlotParams*, u32* counts, const u32* prompt_bits, u32* sampled, SampleRecord*,
+        // float* weights, const ChunkStats*): logits/weights hold max_seqs ≥ rows rows of vocab floats, per-slot
+        // arrays hold max_seqs slots, records max_seqs entries indexed by batch position.
+        unsafe {
+            self.gpu.launch(
+                self.k.sample,
+                (rows as u32, 1, 1),
+                1024,
+                Args::new()
+                    .arg(&meta)
+                    .arg(&base_i)
+                    .arg(&rows_i)
+                    .arg(&b.logits.ptr)
+                    .arg(&vocab_i)
+                    .arg(&b.params.ptr)
+                    .arg(&b.counts.ptr)
+                    .arg(&b.prompt_bits.ptr)
+                    .arg(&b.sampled.ptr)
+                    .arg(&b.records.ptr)
+                    .arg(&b.weights.ptr)
+                    .arg(&b.chunk_stats.ptr),
+            )
+        }
+    }
+
+    /// Capture one decode graph per batch-size bucket (1, 2, 4, ... up to max_seqs).
+    fn capture_buckets(&mut self) -> Result<(), BackendError> {
+        let mut sizes = Vec::new();
+        let mut n = 1;
+        while n < self.limits.max_seqs {
+            sizes.push(n);
+            n *= 2;
+        }
+        sizes.push(self.limits.max_seqs);
+        for seqs in sizes {
+            if seqs > self.limits.max_step_tokens {
+                break;
+            }
+            let before = self.gpu.counters.launches;
+            self.gpu.begin_capture()?;
+            let body = self
+                .enqueue_layers(seqs)
+                .and_then(|()| self.enqueue_head(0, seqs, false));
+            let graph = self.gpu.end_capture(before);
+            body?;
+            self.buckets.push(Bucket {
+                seqs,
+                graph: graph?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Upload the block-table rows that changed since the last step.
+    fn sync_tables(&mut self, batch: &[SeqStep<'_>]) -> Result<(), BackendError> {
+        let mp = self.limits.max_pages_per_seq();
+        for seq in batch {
+            let slot = seq.slot as usize;
+            let row = &mut self.tables[slot * mp..(slot + 1) * mp];
+            let n = seq.block_table.len().min(mp);
+            let same = self.table_len[slot] >= n
+                && row[..n]
+                    .iter()
+                    .zip(seq.block_table)
+                    .all(|(&a, &b)| a as u32 == b);
+            if same {
+                continue;
+            }
+            for (dst, &p) in row[..n].iter_mut().zip(seq.block_table) {
+                *dst = p as i32;
+            }
+            self.table_len[slot] = n;
+            let at = self.bufs.tables.at(slot * mp * 4);
+            // Pageable source: the driver stages it before returning, so the mirror may change
+            // again at once.
+            let bytes = i32_bytes(&self.tables[slot * mp..slot * mp + n]).to_vec();
+            self.gpu.upload(at, &bytes)?;
+        }
+        Ok(())
+    }
+
+    fn write_slot_params(
+        &mut self,
+        slot: u32,
+        p: &SamplingParams,
+        seed: u64,
+    ) -> Result<(), BackendError> {
+        let mut raw = [0u8; SLOT_PARAMS_BYTES];
+        raw[0..4].copy_from_slice(&p.temperature.to_ne_bytes());
+        raw[4..8].copy_from_slice(&p.top_k.to_ne_bytes());
+        raw[8..12].copy_from_slice(&p.top_p.to_ne_bytes());
+        raw[12..16].copy_from_slice(&p.min_p.to_ne_bytes());
+        raw[16..20].copy_from_slice(&p.repetition_penalty.to_ne_bytes());
+        raw[20..24].copy_from_slice(&p.presence_penalty.to_ne_bytes());
+        raw[24..28].copy_from_slice(&p.frequency_penalty.to_ne_bytes());
+        raw[28..32].copy_from_slice(&u32::from(p.top_logprobs).to_ne_bytes());
+        raw[32..40].copy_from_slice(&seed.to_ne_bytes());
+        // draws (40..48) start at 0.
+        let at = self.bufs.params.at(slot as usize * SLOT_PARAMS_BYTES);
+        self.gpu.upload(at, &raw)
+    }
+
+    fn check_slot(&self, slot: u32) -> Result<(), BackendError> {
+        if slot as usize >= self.limits.max_seqs {
+            return Err(BackendError::InvalidInput(format!(
+                "slot {slot} out of range"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fill the next staging entry's metadata for `batch`, padded to `pad_tokens` tokens and
+    /// `pad_rows` logit rows. Returns (tokens, rows, wants logits).
+    fn fill_meta(&mut self, batch: &[SeqStep<'_>], pad_tokens: usize) -> (usize, usize, bool) {
+        let m = self.meta;
+        let stage = &mut self.stages[self.next_stage];
+        let buf = stage.meta.bytes_mut();
+        let mut t = 0usize;
+        let mut rows = 0usize;
+        let mut want = false;
+        for (i, seq) in batch.iter().enumerate() {
+            put_u32(buf, m.seq_slot, i, seq.slot);
+            let n = seq.tokens.len();
+            for (k, &tok) in seq.tokens.iter().enumerate() {
+                let id = if seq.from_last_sample && n == 1 {
+                    FROM_SLOT | seq.slot
+                } else {
+                    tok
+                };
+                put_u32(buf, m.token, t, id);
+                put_u32(buf, m.position, t, seq.start_pos + k as u32);
+                put_u32(buf, m.token_seq, t, i as u32);
+                let last = k + 1 == n;
+                if seq.want_logits || (last && seq.sample) {
+                    put_u32(buf, m.lrow_token, rows, t as u32);
+                    put_u32(buf, m.lrow_seq, rows, i as u32);
+                    put_u32(buf, m.lrow_sample, rows, u32::from(last && seq.sample));
+                    rows += 1;
+                }
+                t += 1;
+            }
+            want |= seq.want_logits;
+        }
+        // Padding entries of a graph bucket: valid indices, never acted on (counts say so).
+        for p in t..pad_tokens {
+            put_u32(buf, m.token, p, 0);
+            put_u32(buf, m.position, p, 0);
+            put_u32(buf, m.token_seq, p, 0);
+            put_u32(buf, m.lrow_token, p, 0);
+            put_u32(buf, m.lrow_seq, p, 0);
+            put_u32(buf, m.lrow_sample, p, 0);
+        }
+        for p in batch.len()..pad_tokens.min(self.limits.max_seqs) {
+            put_u32(buf, m.seq_slot, p, 0);
+        }
+        put_u32(buf, m.counts, 0, t as u32);
+        put_u32(buf, m.counts, 1, batch.len() as u32);
+        put_u32(buf, m.counts, 2, rows as u32);
+        (t, rows, want)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            name: "cuda".into(),
+            device: format!(
+                "{}, {:?} weights, {} KV pages",
+                self.device_name, self.dtype, self.limits.num_pages
+            ),
+        }
+    }
+
+    fn limits(&self) -> BackendLimits {
+        self.limits
+    }
+
+    fn start_sequence(
+        &mut self,
+        slot: u32,
+        params: &SamplingParams,
+        seed: u64,
+        prompt: &[u32],
+    ) -> Result<(), BackendError> {
+        validate_params(params).map_err(|e| BackendError::InvalidInput(e.to_string()))?;
+        self.check_slot(slot)?;
+        let vocab = self.config.vocab_size;
+        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(BackendError::InvalidInput(format!(
+                "token {bad} outside vocabulary"
+            )));
+        }
+        self.gpu.bind()?;
+        self.write_slot_params(slot, params, seed)?;
+        let s = slot as usize;
+        self.gpu
+            .zero(self.bufs.counts.at(s * vocab * 4), vocab * 4)?;
+        let words = vocab.div_ceil(32);
+        let at = self.bufs.prompt_bits.at(s * words * 4);
+        if params.repetition_penalty != 1.0 {
+            self.bits.fill(0);
+            for &t in prompt {
+                self.bits[t as usize / 32] |= 1 << (t % 32);
+            }
+            let bytes = u32_bytes(&self.bits).to_vec();
+            self.gpu.upload(at, &bytes)?;
+        } else {
+            self.gpu.zero(at, words * 4)?;
+        }
+        Ok(())
+    }
+
+    fn fork_sequence(
+        &mut self,
+        src: u32,
+        dst: u32,
+        params: &SamplingParams,
+        seed: u64,
+    ) -> Result<(), BackendError> {
+        validate_params(params).map_err(|e| BackendError::InvalidInput(e.to_string()))?;
+        if src == dst {
+            return Err(BackendError::InvalidInput("fork onto itself".into()));
+        }
+        self.check_slot(src)?;
+        self.check_slot(dst)?;
+        self.gpu.bind()?;
+        let vocab = self.config.vocab_size;
+        let words = vocab.div_ceil(32);
+        let (s, d) = (src as usize, dst as usize);
+        let b = self.bufs;
+        self.gpu.copy(
+            b.counts.at(d * vocab * 4),
+            b.counts.at(s * vocab * 4),
+            vocab * 4,
+        )?;
+        self.gpu.copy(
+            b.prompt_bits.at(d * words * 4),
+            b.prompt_bits.at(s * words * 4),
+            words * 4,
+        )?;
+        self.gpu.copy(b.sampled.at(d * 4), b.sampled.at(s * 4), 4)?;
+        self.write_slot_params(dst, params, seed)
+    }
+
+    fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), BackendError> {
+        let n = self.limits.num_pages;
+        if src as usize >= n || dst as usize >= n {
+            return Err(BackendError::InvalidInput(format!(
+                "page copy {src} -> {dst} out of range"
+            )));
+        }
+        self.gpu.bind()?;
+        let pb = self.kv_page_bytes;
+        let kv = self.bufs.kv;
+        self.gpu
+            .copy(kv.at(dst as usize * pb), kv.at(src as usize * pb), pb)
+    }
+
+    fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
+        validate_step(&self.limits, self.config.vocab_size, batch)?;
+        if self.in_flight.len() >= RING {
+            return Err(BackendError::Limits(format!(
+                "{RING} steps already launched and not collected"
+            )));
+        }
+        self.gpu.bind()?;
+        self.sync_tables(batch)?;
+        let decode_only = batch
+            .iter()
+            .all(|s| s.tokens.len() == 1 && s.sample && !s.want_logits);
+        let bucket = if decode_only {
+            self.buckets.iter().position(|b| b.seqs >= batch.len())
+        } else {
+            None
+        };
+        let pad = bucket.map_or(0, |b| self.buckets[b].seqs);
+        let (tokens, rows, want_logits) = self.fill_meta(batch, pad);
+        let ring = self.next_stage;
+        self.next_stage = (self.next_stage + 1) % RING;
+        let meta_bytes = self.meta.bytes;
+        let meta_ptr = self.bufs.meta.ptr;
+        // Pinned source, read by the copy engine when the stream reaches it: this ring entry is
+        // not rewritten before its step has been collected.
+        self.gpu
+            .upload(meta_ptr, &self.stages[ring].meta.bytes()[..meta_bytes])?;
+        self.gpu.record(&self.stages[ring].start)?;
+        out.logits.clear();
+        if let Some(b) = bucket {
+            self.gpu.replay(&self.buckets[b].graph)?;
+            self.stats.graph_steps += 1;
+        } else {
+            self.enqueue_layers(tokens)?;
+            let chunk = self.limits.max_seqs;
+            let mut base = 0;
+            while base < rows {
+                let n = chunk.min(rows - base);
+                self.enqueue_head(base, n, want_logits)?;
+                if want_logits {
+                    // Policy sync (dump/parity only): the logits leave before the next chunk
+                    // reuses the buffer.
+                    self.gpu.record(&self.stages[ring].done)?;
+                    self.gpu.wait(&self.stages[ring].done, true)?;
+                    let vocab = self.config.vocab_size;
+                    let stage = self.logits_stage.bytes();
+                    // Rows of this chunk that asked for logits, in order.
+                    let mut row = 0usize;
+                    for seq in batch {
+                        let n_rows = if seq.want_logits {
+                            seq.tokens.len()
+                        } else {
+                            usize::from(seq.sample)
+                        };
+                        for _ in 0..n_rows {
+                            if row >= base && row < base + n && seq.want_logits {
+                                let at = (row - base) * vocab * 4;
+                                let bytes = &stage[at..at + vocab * 4];
+                                out.logits.extend(
+                                    bytes
+                                        .chunks_exact(4)
+                                        .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+                                );
+                            }
+                            row += 1;
+                        }
+                    }
+                }
+                base += n;
+            }
+        }
+        let seqs = batch.len();
+        let recs = self.bufs.records.ptr;
+        self.gpu
+            .download(&mut self.stages[ring].records, 0..seqs * RECORD_BYTES, recs)?;
+        self.gpu.record(&self.stages[ring].end)?;
+        let mut sample = [false; 1024];
+        for (i, s) in batch.iter().enumerate() {
+            sample[i] = s.sample;
+        }
+        self.in_flight.push_back(InFlight { ring, seqs, sample });
+        self.stats.steps += 1;
+        Ok(())
+    }
+
+    fn collect(&mut self, out: &mut StepOutput) -> Result<(), BackendError> {
+        let Some(step) = self.in_flight.pop_front() else {
+            return Err(BackendError::InvalidInput(
+                "collect without a launched step".into(),
+            ));
+        };
+        self.gpu.bind()?;
+        self.gpu.wait(&self.stages[step.ring].end, false)?;
+        let ms = self
+            .gpu
+            .elapsed_ms(&self.stages[step.ring].start, &self.stages[step.ring].end)?;
+        self.stats.gpu_ms += f64::from(ms);
+        self.stats.last_gpu_ms = ms;
+        out.samples.clear();
+        let records = self.stages[step.ring].records.bytes();
+        let word = |rec: usize, i: usize| {
+            let at = rec * RECORD_BYTES + i * 4;
+            u32::from_ne_bytes([
+                records[at],
+                records[at + 1],
+                records[at + 2],
+                records[at + 3],
+            ])
+        };
+        for i in 0..step.seqs {
+            if !step.sample[i] {
+                out.samples.push(None);
+                continue;
+            }
+            let top_n = (word(i, 2) as usize).min(MAX_TOP_LOGPROBS);
+            let mut tok = SampledToken {
+                token: word(i, 0),
+                logprob: f32::from_bits(word(i, 1)),
+                top_n: top_n as u8,
+                ..SampledToken::default()
+            };
+            for k in 0..top_n {
+                tok.top_ids[k] = word(i, 4 + k);
+                tok.top_logprobs[k] = f32::from_bits(word(i, 4 + MAX_TOP_LOGPROBS + k));
+            }
+            out.samples.push(Some(tok));
+        }
+        Ok(())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    fn overlaps(&self) -> bool {
+        true
+    }
+
+    fn stats(&self) -> super::BackendStats {
+        let d = self.gpu.counters;
+        super::BackendStats {
+            steps: self.stats.steps,
+            graph_steps: self.stats.graph_steps,
+            launches: d.launches,
+            graph_launches: d.graph_launches,
+            graph_nodes: d.graph_nodes,
+            hard_syncs: d.hard_syncs,
+            policy_syncs: d.policy_syncs,
+            h2d_bytes: d.h2d_bytes,
+            d2h_bytes: d.d2h_bytes,
+            device_allocs: d.device_allocs,
+            pinned_allocs: d.pinned_allocs,
+            gpu_ms: self.stats.gpu_ms,
+        }
+    }
+}

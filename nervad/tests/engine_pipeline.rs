@@ -1,0 +1,134 @@
+//! The engine over a backend that overlaps (a device): the next decode step is launched before
+//! the previous one's tokens are seen. Outputs must be exactly those of the step-by-step
+//! engine; a sequence that stops on a token costs at most one discarded step; nothing is
+//! launched past max_tokens.
+
+mod engine_support;
+
+use engine_support::*;
+use nervad::engine::{Engine, EngineOptions, FinishReason, InferenceEngine, Prompt};
+
+fn engine(script: &[u32], overlap: bool) -> (Engine, StepLog) {
+    let mut backend = ScriptedBackend::new(scripted_limits(), script.to_vec());
+    backend.overlap = overlap;
+    let log = backend.log.clone();
+    let e = Engine::new(
+        scripted_model(),
+        Box::new(backend),
+        EngineOptions::default(),
+    );
+    (e, log)
+}
+
+fn run(engine: &mut Engine, rec: &mut Recorder) {
+    let mut guard = 0;
+    while engine.step(rec) {
+        guard += 1;
+        assert!(guard < 1000, "engine did not finish");
+    }
+}
+
+/// Steps that ran, and the entries of each.
+fn steps(log: &StepLog) -> Vec<Vec<(u32, usize, u32)>> {
+    log.lock().unwrap().clone()
+}
+
+#[test]
+fn pipelined_outputs_equal_step_by_step_outputs() {
+    let script = [
+        u32::from(b'a'),
+        u32::from(b'b'),
+        u32::from(b'c'),
+        EOS,
+        u32::from(b'd'),
+    ];
+    for max_tokens in [1, 2, 3, 10] {
+        let mut outs = Vec::new();
+        let mut step_counts = Vec::new();
+        for overlap in [false, true] {
+            let (mut e, log) = engine(&script, overlap);
+            let mut rec = Recorder::default();
+            let (k1, k2) = (key(1, 1), key(2, 1));
+            e.submit(request(k1, Prompt::Tokens(vec![5, 6, 7]), max_tokens))
+                .unwrap();
+            e.submit(request(k2, Prompt::Tokens(vec![8]), max_tokens + 1))
+                .unwrap();
+            run(&mut e, &mut rec);
+            outs.push((
+                rec.tokens(k1, 0),
+                rec.done(k1, 0),
+                rec.tokens(k2, 0),
+                rec.done(k2, 0),
+                rec.text(k1, 0),
+            ));
+            step_counts.push(steps(&log).len());
+            assert_eq!(e.in_flight(), 0);
+            assert_eq!(
+                e.free_pages(),
+                scripted_limits().num_pages,
+                "pages returned"
+            );
+        }
+        assert_eq!(outs[0], outs[1], "max_tokens {max_tokens}: same events");
+        // Speculation never runs past max_tokens; an eos costs at most one step more.
+        assert!(
+            step_counts[1] <= step_counts[0] + 1,
+            "max_tokens {max_tokens}: {step_counts:?}"
+        );
+    }
+}
+
+#[test]
+fn speculative_steps_feed_the_device_token_one_position_on() {
+    let (mut e, log) = engine(&[u32::from(b'x'); 8], true);
+    let mut rec = Recorder::default();
+    let k = key(1, 1);
+    e.submit(request(k, Prompt::Tokens(vec![5, 6]), 4)).unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(k, 0).len(), 4);
+    assert_eq!(rec.done(k, 0), vec![FinishReason::Length]);
+    // Prefill at 0 (2 tokens), then decode at positions 2, 3, 4: each position once, in order,
+    // although the steps after the first decode were launched before their input was known.
+    let positions: Vec<u32> = steps(&log).iter().map(|s| s[0].2).collect();
+    assert_eq!(positions, vec![0, 2, 3, 4]);
+}
+
+#[test]
+fn a_slot_reused_after_a_stop_never_gets_the_old_sequences_token() {
+    // The first request stops on eos while its next step is already in flight; a queued second
+    // request takes the freed slot. The stale step's token must not reach the new request.
+    let script = [u32::from(b'a'), EOS, u32::from(b'z'), u32::from(b'z')];
+    let mut limits = scripted_limits();
+    limits.max_seqs = 1;
+    let mut backend = ScriptedBackend::new(limits, script.to_vec());
+    backend.overlap = true;
+    let log = backend.log.clone();
+    let mut e = Engine::new(
+        scripted_model(),
+        Box::new(backend),
+        EngineOptions::default(),
+    );
+    let mut rec = Recorder::default();
+    let (k1, k2) = (key(1, 1), key(2, 1));
+    e.submit(request(k1, Prompt::Tokens(vec![5]), 10)).unwrap();
+    // Prefill (collected at once), the first decode step (left in flight), then the speculative
+    // step launched before that decode step's eos is seen.
+    for _ in 0..3 {
+        e.step(&mut rec);
+    }
+    assert_eq!(rec.done(k1, 0), vec![FinishReason::Stop]);
+    e.submit(request(k2, Prompt::Tokens(vec![6]), 2)).unwrap();
+    run(&mut e, &mut rec);
+    let positions: Vec<u32> = steps(&log).iter().map(|s| s[0].2).collect();
+    assert_eq!(
+        positions,
+        vec![0, 1, 2, 0, 1],
+        "k1: prefill, decode, one discarded speculative step; then k2"
+    );
+    assert_eq!(rec.tokens(k1, 0), vec![u32::from(b'a')]);
+    assert_eq!(rec.done(k1, 0), vec![FinishReason::Stop]);
+    // The scripted backend restarts its script per slot at start_sequence: k2 sees 'a', then
+    // stops on eos (not the stale 'z' of k1's discarded speculative step).
+    assert_eq!(rec.tokens(k2, 0), vec![u32::from(b'a')]);
+    assert_eq!(rec.done(k2, 0), vec![FinishReason::Stop]);
+}

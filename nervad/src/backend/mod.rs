@@ -13,8 +13,46 @@ pub mod cpu;
 pub mod cuda;
 pub mod sampling;
 
-pub use crate::engine::api::SamplingParams;
 use crate::model::ModelConfig;
+
+/// Per-request sampling. Defaults are greedy with no penalties.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy (argmax); otherwise logits are divided by it.
+    pub temperature: f32,
+    /// Keep the k most likely tokens; 0 disables.
+    pub top_k: u32,
+    /// Keep the smallest set whose probability mass reaches p; 1.0 disables.
+    pub top_p: f32,
+    /// Drop tokens whose probability is below `min_p * p_max`; 0 disables.
+    pub min_p: f32,
+    /// CTRL-style repetition penalty over prompt and output tokens; 1.0 disables.
+    pub repetition_penalty: f32,
+    /// OpenAI-style presence penalty over output tokens; 0 disables.
+    pub presence_penalty: f32,
+    /// OpenAI-style frequency penalty over output tokens; 0 disables.
+    pub frequency_penalty: f32,
+    /// Seed of the request's own random stream (same seed and prompt → same tokens).
+    pub seed: u64,
+    /// Also report the log-probabilities of this many most likely tokens (0..=20).
+    pub top_logprobs: u8,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            seed: 0,
+            top_logprobs: 0,
+        }
+    }
+}
 
 /// Most top-n alternatives a sampled token can carry (the API caps `top_logprobs` at 20).
 pub const MAX_TOP_LOGPROBS: usize = 20;

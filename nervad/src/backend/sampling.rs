@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{BackendError, MAX_TOP_LOGPROBS, SampledToken};
-use crate::engine::api::SamplingParams;
+use crate::backend::SamplingParams;
 
 /// How many top candidates are sorted before falling back to a full sort for top-p.
 const TOP_P_FIRST_PASS: usize = 1024;

@@ -39,44 +39,8 @@ pub enum Prompt {
     Chat(String),
 }
 
-/// Per-request sampling. Defaults are greedy with no penalties.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SamplingParams {
-    /// 0 means greedy (argmax); otherwise logits are divided by it.
-    pub temperature: f32,
-    /// Keep the k most likely tokens; 0 disables.
-    pub top_k: u32,
-    /// Keep the smallest set whose probability mass reaches p; 1.0 disables.
-    pub top_p: f32,
-    /// Drop tokens whose probability is below `min_p * p_max`; 0 disables.
-    pub min_p: f32,
-    /// CTRL-style repetition penalty over prompt and output tokens; 1.0 disables.
-    pub repetition_penalty: f32,
-    /// OpenAI-style presence penalty over output tokens; 0 disables.
-    pub presence_penalty: f32,
-    /// OpenAI-style frequency penalty over output tokens; 0 disables.
-    pub frequency_penalty: f32,
-    /// Seed of the request's own random stream (same seed and prompt → same tokens).
-    pub seed: u64,
-    /// Also report the log-probabilities of this many most likely tokens (0..=20).
-    pub top_logprobs: u8,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            repetition_penalty: 1.0,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            seed: 0,
-            top_logprobs: 0,
-        }
-    }
-}
+/// Per-request sampling: the backend contract's type (see [`crate::backend::SamplingParams`]).
+pub use crate::backend::SamplingParams;
 
 /// When to stop besides `max_tokens` and the context length.
 #[derive(Debug, Clone, Default, PartialEq)]

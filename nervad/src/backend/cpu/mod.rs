@@ -11,7 +11,7 @@ pub mod kernels;
 pub mod pool;
 pub mod rope;
 
-use crate::engine::api::SamplingParams;
+use crate::backend::SamplingParams;
 use crate::model::{ModelConfig, ModelWeights, Tensor};
 
 use super::sampling::{self, Sampler};

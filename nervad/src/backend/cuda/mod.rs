@@ -20,7 +20,7 @@ pub mod kernels;
 
 use std::collections::VecDeque;
 
-use crate::engine::api::SamplingParams;
+use crate::backend::SamplingParams;
 use crate::model::{DType, ModelConfig, ModelWeights, Tensor};
 
 use super::cpu::rope::RopeTable;

@@ -37,6 +37,25 @@ if has bench-8b; then
   model qwen3-8b
   timeout 600 "$B/gpu_decode" --model $M/qwen3-8b --batch 1,8 --json 2>&1 | tee "$O/bench_qwen3-8b.log"
 fi
+if has tests; then
+  # The GPU tests (they skip on machines without a device): the test binary built here.
+  NERVA_GPU_BIG=1 timeout 600 "$B/cuda_backend" --nocapture --test-threads 1 2>&1 | tee "$O/cuda_tests.log"
+fi
+if has client; then
+  # Batch-1 decode through a real client process: the daemon on CUDA, nervactl bench.
+  for p in qwen3-0.6b qwen3-8b; do
+    model $p
+    sock=/tmp/nerva-$p.sock
+    "$B/nervad" --model $M/$p --socket $sock --backend cuda --max-batch 8 >"$O/daemon_$p.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 120); do [ -S $sock ] && break; sleep 1; done
+    prompt=$(python3 -c 'print(" ".join(["word%d" % (i % 50) for i in range(120)]))')
+    timeout 300 "$B/nervactl" --socket $sock bench --procs 1 --concurrency 1 --requests 6 \
+      --max-tokens 256 --prompt "$prompt" 2>&1 | tee "$O/client_$p.log"
+    timeout 60 "$B/nervactl" --socket $sock stats 2>&1 | tail -20 >> "$O/client_$p.log"
+    kill $pid; wait $pid
+  done
+fi
 if has peer; then
   for p in qwen3-0.6b qwen3-8b; do
     model $p

@@ -1,0 +1,59 @@
+//! Every kernel in `kernels/` compiles with NVRTC to a cubin for sm_80 and sm_90, with no GPU:
+//! NVRTC and the CUDA headers come from the `nvidia-cuda-nvrtc` / `nvidia-cuda-runtime` wheels
+//! (`.ci/run` installs them and points `NERVA_NVRTC_LIB` / `NERVA_CUDA_INCLUDE` at them).
+//! Prints registers and spill bytes per kernel (ptxas -v). Skips with a reason when NVRTC or
+//! the headers are not installed.
+
+use nervad::backend::cuda::kernels::{
+    MODULES, compile, cuda_include_dir, nvrtc_available, resource_report,
+};
+
+#[test]
+fn every_kernel_compiles_for_sm80_and_sm90() {
+    if let Err(why) = nvrtc_available() {
+        println!("skipped: {why}");
+        return;
+    }
+    let Some(include) = cuda_include_dir() else {
+        println!("skipped: CUDA headers not found (set NERVA_CUDA_INCLUDE)");
+        return;
+    };
+    let mut kernels = 0;
+    for arch in [80, 90] {
+        for source in &MODULES {
+            let compiled = compile(source, arch, &include)
+                .unwrap_or_else(|e| panic!("kernels/{} for sm_{arch}: {e}", source.name));
+            assert!(compiled.cubin.len() > 64, "{}: empty cubin", source.name);
+            for (name, regs, spill) in resource_report(&compiled.log) {
+                println!(
+                    "sm_{arch} {:<14} {name:<28} {regs:>4} registers {spill:>4} B spilled",
+                    source.name
+                );
+                kernels += 1;
+            }
+        }
+    }
+    assert!(kernels > 40, "ptxas reported {kernels} kernels");
+}
+
+#[test]
+fn a_compile_error_shows_the_log_and_the_options() {
+    if nvrtc_available().is_err() {
+        println!("skipped: NVRTC not installed");
+        return;
+    }
+    let Some(include) = cuda_include_dir() else {
+        println!("skipped: CUDA headers not found");
+        return;
+    };
+    let bad = nervad::backend::cuda::kernels::Source {
+        name: "broken.cu",
+        text: "extern \"C\" __global__ void k() { this_is_not_defined(); }\n",
+    };
+    let err = compile(&bad, 90, &include).unwrap_err().to_string();
+    assert!(err.contains("this_is_not_defined"), "log missing: {err}");
+    assert!(
+        err.contains("--gpu-architecture=sm_90"),
+        "options missing: {err}"
+    );
+}

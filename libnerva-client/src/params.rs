@@ -52,8 +52,11 @@ pub struct GenerateParams {
     pub stream_tokens: bool,
     /// Deliver text events.
     pub stream_text: bool,
-    /// Fill the log-probability of each sampled token in token events (NaN otherwise).
+    /// Fill the log-probability of each sampled token in token events (none otherwise).
     pub logprobs: bool,
+    /// Caller-chosen value echoed on every event of this request (io_uring's `user_data`):
+    /// e.g. a pointer or index of the caller's own per-request state. Not sent to the daemon.
+    pub user_data: u64,
 }
 
 impl Default for GenerateParams {
@@ -77,6 +80,7 @@ impl Default for GenerateParams {
             stream_tokens: true,
             stream_text: true,
             logprobs: false,
+            user_data: 0,
         }
     }
 }

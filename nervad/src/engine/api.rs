@@ -248,6 +248,12 @@ pub struct EngineInfo {
     pub backend: String,
     /// Device description (CPU model and threads, GPU name).
     pub device: String,
+    /// Storage dtype of the weights (`bf16`, `f16`, `f32`; `none` without a model).
+    pub dtype: String,
+    /// Vocabulary size (ids `0..vocab_size` are valid prompt tokens).
+    pub vocab_size: u32,
+    /// Most sequences (samples) running at once (`--max-batch`).
+    pub max_batch: u32,
     /// Context length served.
     pub max_context: u32,
     /// KV pool pages in total.

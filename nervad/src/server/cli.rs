@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::engine::InferenceEngine;
+use std::sync::Arc;
+
+use crate::engine::{InferenceEngine, TextCodec};
 use crate::server::{self, ServeConfig};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -155,15 +157,21 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// The engine the daemon serves. The real engine plugs in here.
-fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
+/// The engine the daemon serves (the real engine plugs in here), and the tokenizer clients
+/// may use through the daemon (none for the test engine).
+type BuiltEngine = (Box<dyn InferenceEngine>, Option<Arc<dyn TextCodec>>);
+
+fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
     match args.engine {
         #[cfg(feature = "test-engine")]
         EngineKind::Test => {
             tracing::warn!("serving the deterministic TEST engine: outputs are not a model's");
-            Ok(Box::new(crate::test_engine::TestEngine::new(
-                Duration::from_micros(args.test_step_us),
-            )))
+            Ok((
+                Box::new(crate::test_engine::TestEngine::new(Duration::from_micros(
+                    args.test_step_us,
+                ))),
+                None,
+            ))
         }
         EngineKind::Model => {
             let dir = match &args.model {
@@ -182,12 +190,10 @@ fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
                 threads: args.threads,
                 ..crate::engine::EngineOptions::default()
             };
-            let engine = crate::engine::Engine::with_cpu_backend(
-                crate::engine::EngineModel::from_loaded(loaded),
-                options,
-            )
-            .map_err(|e| format!("backend: {e}"))?;
-            Ok(Box::new(engine))
+            let (model, codec) = crate::engine::EngineModel::from_loaded_with_codec(loaded);
+            let engine = crate::engine::Engine::with_cpu_backend(model, options)
+                .map_err(|e| format!("backend: {e}"))?;
+            Ok((Box::new(engine), Some(codec)))
         }
     }
 }
@@ -224,14 +230,14 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let engine = match build_engine(&args) {
+    let (engine, codec) = match build_engine(&args) {
         Ok(e) => e,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    match server::serve(config, engine, signals) {
+    match server::serve(config, engine, codec, signals) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "nervad failed");

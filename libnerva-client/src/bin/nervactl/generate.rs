@@ -68,6 +68,7 @@ pub struct GenerateArgs {
 pub fn run(socket: Option<&Path>, a: &GenerateArgs, as_json: bool) -> Result<(), Error> {
     let mut client = Client::connect(socket)?;
     let params = GenerateParams {
+        user_data: 0,
         max_tokens: a.max_tokens,
         temperature: a.temperature,
         top_k: a.top_k,

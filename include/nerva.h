@@ -395,7 +395,8 @@ enum nerva_request_status
      */
     NERVA_REQUEST_BAD_REPETITION_PENALTY = 13,
     /**
-     * `n_samples` is 0 or above [`crate::MAX_SAMPLES`].
+     * `n_samples` is 0, above [`crate::MAX_SAMPLES`], or above the daemon's `--max-batch`
+     * (the detail says which, with the numbers).
      */
     NERVA_REQUEST_BAD_SAMPLE_COUNT = 14,
     /**
@@ -423,7 +424,9 @@ enum nerva_request_status
      */
     NERVA_REQUEST_TOKEN_OUT_OF_VOCAB = 33,
     /**
-     * Prompt (plus `max_tokens`) exceeds the context length.
+     * The prompt alone leaves no room to generate within the context length (or the KV
+     * pool); the detail carries both numbers. A `max_tokens` beyond the context is not
+     * refused: generation stops there with NERVA_FINISH_CONTEXT_LENGTH.
      */
     NERVA_REQUEST_PROMPT_TOO_LONG = 34,
     /**

@@ -18,7 +18,9 @@ pub enum Prompt<'a> {
 /// plain sampling at temperature 1 with every filter off, 256 tokens, one sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateParams {
-    /// Most tokens to generate per sample (≥ 1).
+    /// Most tokens to generate per sample (≥ 1). Not refused when prompt + `max_tokens`
+    /// exceeds the context: generation then stops at the context with
+    /// [`crate::FinishReason::ContextLength`]; only a prompt that leaves no room is refused.
     pub max_tokens: u32,
     /// Softmax temperature, finite and ≥ 0; 0 is greedy.
     pub temperature: f32,

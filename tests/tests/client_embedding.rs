@@ -145,7 +145,7 @@ fn rust_clients_in_one_epoll_set_get_every_event_with_their_user_data() {
 
 #[test]
 fn model_info_sizing_and_tokenize_through_the_daemon() {
-    let daemon = Daemon::start(DAEMON, &["--max-batch", "6"]);
+    let daemon = Daemon::start(DAEMON, &["--max-batch", "6", "--max-context", "128"]);
     let sizes = RingSizes {
         sq_entries: 16,
         cq_entries: 64,
@@ -199,6 +199,76 @@ fn model_info_sizing_and_tokenize_through_the_daemon() {
         return;
     }
     assert_eq!(info.max_batch, 6);
+    assert_eq!(info.max_context, 128);
+
+    // Refusals carry their numbers: n_samples above --max-batch, a prompt filling the context.
+    let refusal = |client: &mut Client, prompt: Prompt<'_>, params: &GenerateParams| {
+        let tag = client.submit_generate(prompt, params).expect("submit");
+        let mut refused = None;
+        while refused.is_none() {
+            assert!(client.wait(Some(Duration::from_secs(30))).expect("wait"));
+            client
+                .poll_with(|e| match e {
+                    EventRef::Error {
+                        tag: t,
+                        status,
+                        detail,
+                        ..
+                    } if t == tag => refused = Some((status, detail.to_owned())),
+                    EventRef::Done { tag: t, .. } if t == tag => panic!("not refused"),
+                    _ => {}
+                })
+                .expect("poll");
+        }
+        refused.expect("refused")
+    };
+    let (status, detail) = refusal(
+        &mut client,
+        Prompt::Text("hi"),
+        &GenerateParams {
+            n_samples: 7,
+            ..GenerateParams::default()
+        },
+    );
+    assert_eq!(status, StatusCode::BadSampleCount.as_u16());
+    assert_eq!(detail, "n_samples 7 > max batch 6");
+    let (status, detail) = refusal(
+        &mut client,
+        Prompt::Tokens(&[1; 200]),
+        &GenerateParams::default(),
+    );
+    assert_eq!(status, StatusCode::PromptTooLong.as_u16());
+    assert_eq!(detail, "prompt 200 tokens > limit 127");
+    // max_tokens beyond the context is not refused: generation stops at the context.
+    let tag = client
+        .submit_generate(
+            Prompt::Tokens(&[1; 100]),
+            &GenerateParams {
+                max_tokens: 1000,
+                ignore_eos: true,
+                ..GenerateParams::default()
+            },
+        )
+        .expect("submit");
+    let mut finish = None;
+    while finish.is_none() {
+        assert!(client.wait(Some(Duration::from_secs(30))).expect("wait"));
+        client
+            .poll_with(|e| {
+                if let EventRef::Done {
+                    tag: t,
+                    reason,
+                    timings,
+                    ..
+                } = e
+                    && t == tag
+                {
+                    finish = Some((reason, timings.generated_tokens));
+                }
+            })
+            .expect("poll");
+    }
+    assert_eq!(finish, Some((FinishReason::ContextLength, 28)));
     assert!(
         matches!(info.dtype.as_str(), "bf16" | "f16" | "f32"),
         "{info:?}"

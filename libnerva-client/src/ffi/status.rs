@@ -195,7 +195,8 @@ pub enum nerva_request_status {
     NERVA_REQUEST_BAD_MIN_P = 12,
     /// Repetition penalty is not finite and > 0.
     NERVA_REQUEST_BAD_REPETITION_PENALTY = 13,
-    /// `n_samples` is 0 or above [`crate::MAX_SAMPLES`].
+    /// `n_samples` is 0, above [`crate::MAX_SAMPLES`], or above the daemon's `--max-batch`
+    /// (the detail says which, with the numbers).
     NERVA_REQUEST_BAD_SAMPLE_COUNT = 14,
     /// Extension (offset, len) lies outside the input region.
     NERVA_REQUEST_EXTENSION_OUT_OF_RANGE = 15,
@@ -209,7 +210,9 @@ pub enum nerva_request_status {
     NERVA_REQUEST_INVALID_UTF8 = 32,
     /// A prompt token id is outside the model's vocabulary.
     NERVA_REQUEST_TOKEN_OUT_OF_VOCAB = 33,
-    /// Prompt (plus `max_tokens`) exceeds the context length.
+    /// The prompt alone leaves no room to generate within the context length (or the KV
+    /// pool); the detail carries both numbers. A `max_tokens` beyond the context is not
+    /// refused: generation stops there with NERVA_FINISH_CONTEXT_LENGTH.
     NERVA_REQUEST_PROMPT_TOO_LONG = 34,
     /// Chat JSON is not a valid message list, or the model has no chat template.
     NERVA_REQUEST_BAD_CHAT_MESSAGES = 35,

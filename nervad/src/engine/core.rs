@@ -965,10 +965,14 @@ impl InferenceEngine for Engine {
         if self.queue.len() >= self.max_queued {
             return Err(RequestError::Busy);
         }
-        if request.n_samples == 0 || usize::from(request.n_samples) > self.limits.max_seqs {
-            return Err(RequestError::InvalidParameter(
-                "n_samples must be between 1 and the engine's batch size",
-            ));
+        if request.n_samples == 0 {
+            return Err(RequestError::InvalidParameter("n_samples"));
+        }
+        if usize::from(request.n_samples) > self.limits.max_seqs {
+            return Err(RequestError::TooManySamples {
+                asked: request.n_samples,
+                max_batch: self.limits.max_seqs,
+            });
         }
         if request.max_tokens == 0 {
             return Err(RequestError::InvalidParameter("max_tokens must be > 0"));

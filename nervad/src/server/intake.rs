@@ -188,6 +188,7 @@ pub fn status_for(error: &RequestError, prompt_was_chat: bool) -> StatusCode {
         RequestError::InvalidPrompt(_) if prompt_was_chat => StatusCode::BadChatMessages,
         RequestError::InvalidPrompt(_) => StatusCode::EmptyPrompt,
         RequestError::TooLong { .. } => StatusCode::PromptTooLong,
+        RequestError::TooManySamples { .. } => StatusCode::BadSampleCount,
         RequestError::BadToken(_) => StatusCode::TokenOutOfVocab,
         RequestError::InvalidParameter(name) => match *name {
             "temperature" => StatusCode::BadTemperature,

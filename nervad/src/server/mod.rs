@@ -75,7 +75,7 @@ pub fn serve(
     signals: ShutdownSignals,
 ) -> Result<(), ServerError> {
     let uid = nix::unistd::geteuid().as_raw();
-    let socket = DaemonSocket::bind(&config.socket, config.socket_mode)?;
+    let socket = DaemonSocket::bind(&config.socket, config.socket_mode, config.create_socket_dir)?;
     let policy = AccessPolicy::new(&config.allow_uids, &config.allow_gids, uid, socket.group());
     let info = engine.info();
     let socket_path = socket.path().display().to_string();

@@ -189,6 +189,8 @@ pub struct Client {
     drained: Box<[Completion; POLL_BATCH]>,
     text: TextAssembler,
     spin: Duration,
+    /// How long the blocking NOP, admin and tokenize calls wait for their reply.
+    reply_timeout: Duration,
     last_liveness: Instant,
     shutting_down: bool,
     gone: bool,
@@ -258,6 +260,7 @@ impl Client {
             drained: Box::new([Completion::default(); POLL_BATCH]),
             text: TextAssembler::default(),
             spin: options.spin,
+            reply_timeout: REPLY_TIMEOUT,
             last_liveness: Instant::now(),
             shutting_down: false,
             gone: false,
@@ -292,6 +295,12 @@ impl Client {
     /// Requests submitted whose samples have not all finished.
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// Set how long the blocking calls (NOP, admin queries, model info, tokenize) wait for
+    /// their reply before [`Error::Timeout`] (default 5 s).
+    pub fn set_reply_timeout(&mut self, timeout: Duration) {
+        self.reply_timeout = timeout;
     }
 
     /// Set how long [`Client::wait`] spins before sleeping on the doorbell (0: sleep at once).
@@ -707,7 +716,7 @@ impl Client {
     /// Wait for the completion `tag`/`kind` (or an ERROR for `tag`, returned as
     /// [`Error::Refused`]), stashing every other event in `pending`.
     fn await_reply(&mut self, tag: u64, kind: EventKind) -> Result<WireEvent> {
-        let deadline = Instant::now() + REPLY_TIMEOUT;
+        let deadline = Instant::now() + self.reply_timeout;
         loop {
             let mut found = None;
             let mut stash = Vec::new();

@@ -15,7 +15,15 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Nerva inference daemon: loads one model and serves decode requests from client processes
 /// on this host over per-client shared-memory rings.
 #[derive(Debug, Parser)]
-#[command(name = "nervad", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "nervad",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "Logs go to stderr, coloured only on a terminal. Level: NERVA_LOG, else RUST_LOG \
+                  (e.g. NERVA_LOG=debug, NERVA_LOG=nervad::server=trace), else info.\n\
+                  Signals: SIGTERM/SIGINT drain (in-flight requests finish within \
+                  --drain-timeout); a second one during the drain exits at once."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -215,10 +223,15 @@ fn parse_pow2(s: &str) -> Result<u32, String> {
 }
 
 fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    // NERVA_LOG, else RUST_LOG, else info (documented in --help).
     let filter = tracing_subscriber::EnvFilter::try_from_env("NERVA_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: escape codes in a log file or journal are noise.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -795,6 +795,15 @@ impl PollLoop {
                 TOKEN_SIGNAL => {
                     self.ledger.syscalls += 1;
                     if let Some(sig) = self.signals.take() {
+                        if self.phase != Phase::Serving {
+                            // A second SIGINT/SIGTERM during the drain: the operator wants
+                            // out now. Clients see the hang-up; the kernel reclaims the rest.
+                            tracing::warn!(
+                                signal = sig.as_str(),
+                                "second signal while draining: exiting now"
+                            );
+                            std::process::exit(130);
+                        }
                         self.cold(|s| s.begin_drain(sig.as_str()));
                     }
                 }
@@ -1005,6 +1014,12 @@ impl PollLoop {
         if !conn.tx.requests.is_empty() || conn.tx.paused {
             self.pending_commands
                 .push_back(EngineCommand::DropClient(conn.tx.id));
+        }
+        // A client that died mid-stream: its samples end without a Done, but they were
+        // cancelled all the same, and `stats` says so.
+        let abandoned: u64 = conn.tx.requests.values().map(|&n| u64::from(n)).sum();
+        if abandoned > 0 {
+            self.stats.record_abandoned(abandoned);
         }
         self.pending_admin.retain(|a| a.slot != slot);
         tracing::info!(

@@ -80,3 +80,73 @@ fn sizes_with_units_are_served() {
     assert_eq!(info.data_bytes, 2 << 20);
     assert_eq!(info.reply_bytes, 64 << 10);
 }
+
+/// Greedy text of one short generation.
+fn generate(client: &mut Client) -> String {
+    use nerva_client::{EventRef, GenerateParams, Prompt};
+    let params = GenerateParams {
+        max_tokens: 8,
+        temperature: 0.0,
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
+    let tag = client
+        .submit_generate(Prompt::Text("Once upon a time"), &params)
+        .expect("submit");
+    let (mut text, mut done) = (String::new(), false);
+    while !done {
+        assert!(
+            client
+                .wait(Some(std::time::Duration::from_secs(30)))
+                .expect("wait")
+        );
+        client
+            .poll_with(|e| match e {
+                EventRef::Text { text: t, .. } => text.push_str(t),
+                EventRef::Done { tag: t, .. } if t == tag => done = true,
+                EventRef::Error { detail, .. } => panic!("failed: {detail}"),
+                _ => {}
+            })
+            .expect("poll");
+    }
+    text
+}
+
+#[test]
+fn a_model_file_truncated_under_the_daemon_does_not_kill_it() {
+    let source = nervad::model::generate::ensure_default_model().expect("default model");
+    let dir = std::env::temp_dir().join(format!("nerva-truncate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut weights = Vec::new();
+    for entry in std::fs::read_dir(&source).expect("model dir") {
+        let path = entry.expect("entry").path();
+        if path.is_file() {
+            let to = dir.join(path.file_name().expect("name"));
+            std::fs::copy(&path, &to).expect("copy");
+            if to.extension().is_some_and(|e| e == "safetensors") {
+                weights.push(to);
+            }
+        }
+    }
+    assert!(!weights.is_empty(), "no weights in {}", source.display());
+    let model = dir.display().to_string();
+    let mut daemon = Daemon::start(DAEMON, &["--model", &model, "--kv-bytes", "64MiB"]);
+    let mut client = Client::connect(Some(daemon.socket())).expect("connect");
+    let before = generate(&mut client);
+    // Truncate every weight file in place (what a careless re-download does), then ask again:
+    // a mapped file would fault the daemon (SIGBUS) on its next weight access.
+    for w in &weights {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(w)
+            .and_then(|f| f.set_len(0))
+            .expect("truncate");
+    }
+    let after = generate(&mut client);
+    assert_eq!(before, after, "weights changed under the daemon");
+    assert!(daemon.alive(), "the daemon died\n{}", daemon.log());
+    drop(client);
+    drop(daemon);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -146,3 +146,43 @@ impl IntoResponse for ApiError {
         r
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rejected(code: Wire) -> ApiError {
+        ApiError::from_failure(
+            &Failure::Rejected {
+                status: code.as_u16(),
+                detail: String::new(),
+            },
+            "prompt",
+        )
+    }
+
+    #[test]
+    fn daemon_answers_map_to_openai_statuses() {
+        assert_eq!(rejected(Wire::Overloaded).status.as_u16(), 429);
+        assert_eq!(rejected(Wire::Overloaded).kind(), "rate_limit_error");
+        assert_eq!(rejected(Wire::ShuttingDown).status.as_u16(), 503);
+        assert_eq!(
+            ApiError::from_failure(&Failure::DaemonGone, "prompt")
+                .status
+                .as_u16(),
+            503
+        );
+        let e = rejected(Wire::PromptTooLong);
+        assert_eq!((e.status.as_u16(), e.param), (400, Some("prompt")));
+        let e = rejected(Wire::BadTopP);
+        assert_eq!((e.status.as_u16(), e.param), (400, Some("top_p")));
+        assert_eq!(rejected(Wire::Internal).status.as_u16(), 500);
+        let body = rejected(Wire::Overloaded).body();
+        assert_eq!(body["error"]["code"], "daemon_busy");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+}

@@ -88,6 +88,11 @@ async fn serve(args: Args) -> std::io::Result<()> {
     let local = listener.local_addr()?;
     // Tests and scripts wait for this line (with --listen 127.0.0.1:0 it names the port).
     eprintln!("nerva-gateway listening on http://{local}");
+    // Without TCP_NODELAY each SSE frame after the first waits for the peer's delayed ACK
+    // (Nagle): ~40 ms stalls inside a stream, measured with benches/overhead.rs.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, server::router(state))
         .with_graceful_shutdown(async {
             let mut term =

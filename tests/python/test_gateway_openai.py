@@ -271,7 +271,15 @@ def test_daemon_restart_is_survived(workdir: str) -> None:
         client = sdk(gw)
         model = client.models.list().data[0].id
         assert client.completions.create(model=model, prompt="a", max_tokens=2).choices
-        d.kill()
+        # A stream in flight when the daemon dies ends with an error event, not a hang.
+        stream = client.completions.create(model=model, prompt="a", max_tokens=4000,
+                                           stream=True, extra_body={"ignore_eos": True})
+        t0 = time.monotonic()
+        with pytest.raises(openai.APIError) as died:
+            for i, _ in enumerate(stream):
+                if i == 2:
+                    d.kill()
+        assert "not reachable" in str(died.value) and time.monotonic() - t0 < 10
         t0 = time.monotonic()
         with pytest.raises(openai.APIStatusError) as e:
             client.completions.create(model=model, prompt="a", max_tokens=2)

@@ -153,3 +153,18 @@ def test_asyncio_generate_stream_and_cancel(daemon: Daemon) -> None:
                 await c.generate([10**9], max_tokens=1)
 
     asyncio.run(main())
+
+
+def test_model_info_tokenize_and_user_data(daemon: Daemon) -> None:
+    with nerva.Client(daemon.socket) as c:
+        info = c.model_info()
+        assert info.name and info.vocab_size > 0 and info.max_context > 0
+        ids = c.tokenize("Hello world", add_special=False)
+        assert ids and all(0 <= i < info.vocab_size for i in ids)
+        assert c.detokenize(ids) == "Hello world"
+        # The same ids as a generation's prompt: usage counts agree with tokenize.
+        g = c.generate("Hello world", max_tokens=1, ignore_eos=True)
+        assert g.samples[0].timings.prompt_tokens == len(c.tokenize("Hello world"))
+        events = list(c.stream("tagged", max_tokens=2, ignore_eos=True, user_data=0xFEED))
+        assert events and all(e.user_data == 0xFEED for e in events)
+        assert c.fileno() >= 0

@@ -44,7 +44,9 @@ E_RING_FULL = -8
 E_TIMEOUT = -9
 E_SHUTTING_DOWN = -10
 E_REJECTED = -11
+E_TOO_LARGE = -14
 E_UNKNOWN_TAG = -15
+E_CLOSED = -102
 
 
 class nerva_generate_params(ctypes.Structure):
@@ -69,6 +71,7 @@ class nerva_generate_params(ctypes.Structure):
         ("n_stop_strings", ctypes.c_size_t),
         ("stop_token_ids", ctypes.POINTER(ctypes.c_uint32)),
         ("n_stop_token_ids", ctypes.c_size_t),
+        ("user_data", ctypes.c_uint64),
     ]
 
 
@@ -90,6 +93,7 @@ class nerva_timings(ctypes.Structure):
 class nerva_event(ctypes.Structure):
     _fields_ = [
         ("tag", ctypes.c_uint64),
+        ("user_data", ctypes.c_uint64),
         ("kind", ctypes.c_uint32),
         ("sample", ctypes.c_uint32),
         ("status", ctypes.c_uint32),
@@ -103,6 +107,33 @@ class nerva_event(ctypes.Structure):
         ("text", ctypes.POINTER(ctypes.c_char)),
         ("text_len", ctypes.c_size_t),
         ("timings", nerva_timings),
+    ]
+
+
+MODEL_NAME_BYTES = 256
+MODEL_FIELD_BYTES = 32
+
+
+class nerva_model_info(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * MODEL_NAME_BYTES),
+        ("architecture", ctypes.c_char * MODEL_FIELD_BYTES),
+        ("dtype", ctypes.c_char * MODEL_FIELD_BYTES),
+        ("vocab_size", ctypes.c_uint32),
+        ("max_context", ctypes.c_uint32),
+        ("max_batch", ctypes.c_uint32),
+        ("max_samples", ctypes.c_uint32),
+        ("max_stop_strings", ctypes.c_uint32),
+        ("max_stop_string_bytes", ctypes.c_uint32),
+        ("max_stop_token_ids", ctypes.c_uint32),
+        ("max_top_logprobs", ctypes.c_uint32),
+        ("max_ring_entries", ctypes.c_uint32),
+        ("has_tokenizer", ctypes.c_bool),
+        ("max_data_bytes", ctypes.c_uint64),
+        ("sq_entries", ctypes.c_uint32),
+        ("cq_entries", ctypes.c_uint32),
+        ("data_bytes", ctypes.c_uint64),
+        ("reply_bytes", ctypes.c_uint64),
     ]
 
 
@@ -157,6 +188,18 @@ def _declare(lib: ctypes.CDLL) -> None:
         "nerva_client_wait": (ctypes.c_int, [client_p, ctypes.c_int]),
         "nerva_client_cancel": (ctypes.c_int, [client_p, ctypes.c_uint64]),
         "nerva_client_nop": (ctypes.c_int, [client_p, P(ctypes.c_uint64)]),
+        "nerva_client_fd": (ctypes.c_int, [client_p, P(ctypes.c_int)]),
+        "nerva_client_model_info": (ctypes.c_int, [client_p, P(nerva_model_info)]),
+        "nerva_client_tokenize": (
+            ctypes.c_int,
+            [client_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_bool, P(ctypes.c_uint32),
+             ctypes.c_size_t, P(ctypes.c_size_t)],
+        ),
+        "nerva_client_detokenize": (
+            ctypes.c_int,
+            [client_p, P(ctypes.c_uint32), ctypes.c_size_t, ctypes.c_bool, ctypes.c_char_p,
+             ctypes.c_size_t, P(ctypes.c_size_t)],
+        ),
         "nerva_generate_default_params": (nerva_generate_params, []),
         "nerva_strerror": (ctypes.c_char_p, [ctypes.c_int]),
         "nerva_request_status_string": (ctypes.c_char_p, [ctypes.c_uint32]),

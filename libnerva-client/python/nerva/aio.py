@@ -1,9 +1,9 @@
 """The asyncio flavour: :class:`AsyncClient`, the same calls as :class:`nerva.Client` as
 coroutines and async iterators.
 
-One reaper task per client waits for the daemon's events in a worker thread (the C client's
-``nerva_client_wait`` sleeps on its doorbell) and hands them to the requests' queues; it runs
-only while requests are in flight.
+The client's readiness descriptor (``nerva_client_fd``) sits in the event loop
+(``loop.add_reader``): when it turns readable the loop polls the client until it is empty and
+hands each event to its request's queue. No thread, no timer.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from .client import (
 
 __all__ = ["AsyncClient"]
 
-# How long one reaper turn sleeps on the doorbell; bounds how long a submit from the event
-# loop may wait for the client's lock.
-_REAP_WAIT_S = 0.002
+# Back-off while the submission ring is full (completions free it; they arrive by the reader).
+_RING_FULL_RETRY_S = 0.001
 
 
 class AsyncClient:
@@ -44,9 +43,10 @@ class AsyncClient:
     def __init__(self, socket_path: Optional[str] = None) -> None:
         """Connect (blocking, a few hundred microseconds). See :class:`nerva.Client`."""
         self._client = Client(socket_path)
+        self._fd = self._client.fileno()
         self._queues: Dict[int, "asyncio.Queue[object]"] = {}
         self._left: Dict[int, int] = {}
-        self._reaper: Optional["asyncio.Task[None]"] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._failure: Optional[BaseException] = None
 
     async def __aenter__(self) -> "AsyncClient":
@@ -56,22 +56,21 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Stop the reaper and disconnect (the daemon cancels what is in flight)."""
-        if self._reaper is not None:
-            self._reaper.cancel()
-            try:
-                await self._reaper
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._reaper = None
+        """Leave the event loop and disconnect (the daemon cancels what is in flight)."""
+        if self._loop is not None:
+            self._loop.remove_reader(self._fd)
+            self._loop = None
         self._client.close()
 
     def _submit(self, submit, n: int) -> int:  # type: ignore[no-untyped-def]
+        if self._failure is not None:
+            raise self._failure
         tag = submit()
         self._queues[tag] = asyncio.Queue()
         self._left[tag] = n
-        if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.get_running_loop().create_task(self._reap())
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(self._fd, self._on_ready)
         return tag
 
     async def submit(
@@ -83,7 +82,7 @@ class AsyncClient:
             try:
                 return self._submit(lambda: self._client.submit(prompt, params, **overrides), n)
             except QueueFullError:
-                await asyncio.sleep(_REAP_WAIT_S)
+                await asyncio.sleep(_RING_FULL_RETRY_S)
 
     async def submit_chat(
         self,
@@ -99,27 +98,27 @@ class AsyncClient:
                     lambda: self._client.submit_chat(messages, params, **overrides), n
                 )
             except QueueFullError:
-                await asyncio.sleep(_REAP_WAIT_S)
+                await asyncio.sleep(_RING_FULL_RETRY_S)
 
     async def cancel(self, tag: int) -> bool:
         """Ask the daemon to stop ``tag`` (its samples end "cancelled")."""
         return self._client.cancel(tag)
 
-    def _wait_and_poll(self) -> List[object]:
-        if not self._client.wait(_REAP_WAIT_S):
-            return []
-        return self._client._poll_raw()
-
-    async def _reap(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _on_ready(self) -> None:
+        """The descriptor is readable: poll until empty (its contract), route the events."""
         try:
-            while self._queues:
-                for e in await loop.run_in_executor(None, self._wait_and_poll):
+            while True:
+                events: List[object] = self._client._poll_raw()
+                if not events:
+                    return
+                for e in events:
                     q = self._queues.get(getattr(e, "tag", -1))
                     if q is not None:
                         q.put_nowait(e)
         except Exception as e:  # the daemon went away: every waiting request learns it
             self._failure = e
+            if self._loop is not None:
+                self._loop.remove_reader(self._fd)
             for q in self._queues.values():
                 q.put_nowait(e)
 

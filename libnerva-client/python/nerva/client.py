@@ -23,6 +23,7 @@ __all__ = [
     "Event",
     "Sample",
     "Generation",
+    "ModelInfo",
     "NervaError",
     "RequestError",
     "DaemonGoneError",
@@ -119,6 +120,8 @@ class GenerateParams:
     logprobs: bool = False
     stop: Sequence[str] = ()
     stop_token_ids: Sequence[int] = ()
+    user_data: int = 0
+    """Echoed on every event of the request (``nerva_event.user_data``)."""
 
     def validate(self) -> None:
         """Check every range (the library checks again); raises :class:`InvalidArgumentError`
@@ -140,6 +143,7 @@ class GenerateParams:
             ("priority", -128 <= self.priority <= 127, "must be in -128..=127"),
             ("stop", all(isinstance(s, str) and s for s in self.stop),
              "must be non-empty strings"),
+            ("user_data", 0 <= self.user_data < 2**64, "must be in 0..2**64"),
         ]
         for name, ok, why in checks:
             if not ok:
@@ -159,7 +163,7 @@ class GenerateParams:
             for name in (
                 "max_tokens", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
                 "presence_penalty", "frequency_penalty", "seed", "n_samples", "top_logprobs",
-                "priority", "ignore_eos", "stream_tokens", "stream_text", "logprobs",
+                "priority", "ignore_eos", "stream_tokens", "stream_text", "logprobs", "user_data",
             ):
                 setattr(p, name, getattr(self, name))
         except TypeError as e:
@@ -198,6 +202,7 @@ class TokensEvent:
     sample: int
     token_ids: List[int]
     logprobs: List[float]
+    user_data: int = 0
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,7 @@ class TopLogprobsEvent:
     position: int
     token_ids: List[int]
     logprobs: List[float]
+    user_data: int = 0
 
 
 @dataclass(frozen=True)
@@ -218,6 +224,7 @@ class TextEvent:
     tag: int
     sample: int
     text: str
+    user_data: int = 0
 
 
 @dataclass(frozen=True)
@@ -229,6 +236,7 @@ class DoneEvent:
     sample: int
     finish_reason: str
     timings: Timings
+    user_data: int = 0
 
 
 @dataclass(frozen=True)
@@ -243,6 +251,21 @@ Message = Mapping[str, str]
 
 Prompt = Union[str, Sequence[int]]
 """Text (tokenized by the daemon) or token ids."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the daemon serves (``nerva_model_info``, the fields most callers need)."""
+
+    name: str
+    architecture: str
+    dtype: str
+    vocab_size: int
+    max_context: int
+    max_batch: int
+    max_samples: int
+    max_top_logprobs: int
+    has_tokenizer: bool
 
 
 @dataclass
@@ -430,8 +453,9 @@ class Client:
         """Block until events are ready (True) or ``timeout`` seconds pass (False). Sleeps
         on the completion doorbell, no busy loop."""
         ms = -1 if timeout is None else max(0, int(timeout * 1000 + 0.999))
-        with self._lock:
-            code = self._lib.nerva_client_wait(self._live(), ms)
+        # Not under the lock: the C client sleeps without holding its own, so other threads
+        # keep submitting while one waits.
+        code = self._lib.nerva_client_wait(self._live(), ms)
         if code == _ffi.E_TIMEOUT:
             return False
         _check(code, "wait")
@@ -477,7 +501,8 @@ class Client:
         k = ev.kind
         if k == _ffi.EVENT_TOKENS:
             return TokensEvent(
-                ev.tag, ev.sample, list(ev.tokens[: ev.n_tokens]), list(ev.logprobs[: ev.n_logprobs])
+                ev.tag, ev.sample, list(ev.tokens[: ev.n_tokens]),
+                list(ev.logprobs[: ev.n_logprobs]), ev.user_data,
             )
         if k == _ffi.EVENT_TOP_LOGPROBS:
             return TopLogprobsEvent(
@@ -486,9 +511,11 @@ class Client:
                 ev.position,
                 list(ev.tokens[: ev.n_tokens]),
                 list(ev.logprobs[: ev.n_logprobs]),
+                ev.user_data,
             )
         if k == _ffi.EVENT_TEXT:
-            return TextEvent(ev.tag, ev.sample, ctypes.string_at(ev.text, ev.text_len).decode())
+            text = ctypes.string_at(ev.text, ev.text_len).decode()
+            return TextEvent(ev.tag, ev.sample, text, ev.user_data)
         if k == _ffi.EVENT_DONE:
             t = ev.timings
             return DoneEvent(
@@ -499,6 +526,7 @@ class Client:
                     t.queue_us, t.first_token_us, t.decode_us, t.inter_token_us,
                     t.prompt_tokens, t.generated_tokens,
                 ),
+                ev.user_data,
             )
         if k == _ffi.EVENT_ERROR:
             detail = ctypes.string_at(ev.text, ev.text_len).decode() if ev.text else ""
@@ -619,6 +647,67 @@ class Client:
         with self._lock:
             _check(self._lib.nerva_client_nop(self._live(), ctypes.byref(rtt)), "nop")
         return rtt.value / 1e9
+
+    def fileno(self) -> int:
+        """The readiness descriptor (``nerva_client_fd``) for an event loop: readable when
+        events are ready or the daemon went away; after taking it, poll until a poll returns
+        nothing, then wait for readability again. Owned by the client: do not close it."""
+        fd = ctypes.c_int(-1)
+        with self._lock:
+            _check(self._lib.nerva_client_fd(self._live(), ctypes.byref(fd)), "fd")
+        return fd.value
+
+    def model_info(self) -> "ModelInfo":
+        """What the daemon serves and the limits it enforces (one round trip)."""
+        out = _ffi.nerva_model_info()
+        with self._lock:
+            _check(self._lib.nerva_client_model_info(self._live(), ctypes.byref(out)), "model_info")
+        return ModelInfo(
+            name=out.name.decode(errors="replace"),
+            architecture=out.architecture.decode(errors="replace"),
+            dtype=out.dtype.decode(errors="replace"),
+            vocab_size=out.vocab_size,
+            max_context=out.max_context,
+            max_batch=out.max_batch,
+            max_samples=out.max_samples,
+            max_top_logprobs=out.max_top_logprobs,
+            has_tokenizer=bool(out.has_tokenizer),
+        )
+
+    def tokenize(self, text: str, add_special: bool = True) -> List[int]:
+        """Token ids of ``text`` through the daemon's tokenizer (``add_special``: what a text
+        prompt gets, e.g. BOS)."""
+        data = text.encode()
+        n = ctypes.c_size_t(0)
+        cap = max(16, len(data) + 8)
+        while True:
+            ids = (ctypes.c_uint32 * cap)()
+            with self._lock:
+                code = self._lib.nerva_client_tokenize(
+                    self._live(), data, len(data), add_special, ids, cap, ctypes.byref(n)
+                )
+            if code == _ffi.E_TOO_LARGE and n.value > cap:
+                cap = n.value
+                continue
+            _check(code, "tokenize")
+            return list(ids[: n.value])
+
+    def detokenize(self, ids: Sequence[int], skip_special: bool = False) -> str:
+        """Text of ``ids`` through the daemon's tokenizer."""
+        arr = (ctypes.c_uint32 * len(ids))(*ids)
+        n = ctypes.c_size_t(0)
+        cap = 64 + 16 * len(ids)
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            with self._lock:
+                code = self._lib.nerva_client_detokenize(
+                    self._live(), arr, len(ids), skip_special, buf, cap, ctypes.byref(n)
+                )
+            if code == _ffi.E_TOO_LARGE and n.value + 1 > cap:
+                cap = n.value + 1
+                continue
+            _check(code, "detokenize")
+            return buf.raw[: n.value].decode(errors="replace")
 
     @property
     def in_flight(self) -> int:

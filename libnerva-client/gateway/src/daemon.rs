@@ -1,30 +1,31 @@
 //! The gateway's side of the daemon: a bounded pool of [`Client`] connections that many HTTP
 //! requests share, and the one place that waits on a client.
 //!
-//! Each connection is owned by a *driver*: a thread that submits the requests routed to it,
-//! reaps the client's events and forwards them into per-request tokio channels. A connection
-//! carries any number of requests at once (the daemon batches them), so HTTP requests never
-//! queue behind each other; requests go to the connection with the fewest active ones.
-//!
-//! Why a thread and not the async runtime: today's client announces sleep (and so gets its
-//! doorbell rung) only inside its own blocking [`Client::wait`], so no external event loop can
-//! wait on it. When the client exposes a readiness descriptor, [`Driver::run`] becomes a tokio
-//! task on `AsyncFd`; nothing outside this module changes.
+//! Each connection is owned by a *driver*: a task on the async runtime that submits the
+//! requests routed to it, reaps the client's events and forwards them into per-request
+//! channels. It sleeps on the client's readiness descriptor ([`Client::ready_fd`], through
+//! tokio's `AsyncFd`) and on its command channel at once, so no thread is parked per client
+//! and a submission never waits for a timer. A connection carries any number of requests at
+//! once (the daemon batches them), so HTTP requests never queue behind each other; requests go
+//! to the connection with the fewest active ones.
 //!
 //! Faults: a connection whose daemon goes away fails its requests with
 //! [`Failure::DaemonGone`] and reconnects in the background (a restarted daemon on the same
 //! socket is picked up); while it is down, new requests fail at once instead of hanging.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nerva_client::{
     Client, ConnectOptions, Error, EventRef, FinishReason, GenerateParams, Prompt, Timings,
 };
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 /// What a request is generated from.
@@ -119,7 +120,7 @@ struct Submission {
 }
 
 struct Connection {
-    commands: mpsc::Sender<Command>,
+    commands: UnboundedSender<Command>,
     /// Requests routed here and not finished (the driver decrements).
     active: Arc<AtomicUsize>,
     connected: Arc<AtomicBool>,
@@ -136,7 +137,7 @@ pub struct Pool {
 /// Cancels its request in the daemon when dropped before [`CancelOnDrop::finished`] (the HTTP
 /// client went away mid-stream, or the handler gave up).
 pub struct CancelOnDrop {
-    commands: mpsc::Sender<Command>,
+    commands: UnboundedSender<Command>,
     ids: Vec<u64>,
     armed: bool,
 }
@@ -168,12 +169,13 @@ pub struct Submitted {
 }
 
 impl Pool {
-    /// Start `connections` drivers on `socket` (None: the client library's default path).
-    /// Connecting happens in the background; [`Pool::connected`] tells when one is up.
+    /// Start `connections` drivers on `socket` (None: the client library's default path) as
+    /// tasks of the current tokio runtime (call from inside it). Connecting happens in the
+    /// background; [`Pool::connected`] tells when one is up.
     pub fn start(socket: Option<PathBuf>, connections: usize) -> Arc<Pool> {
         let connections = (0..connections.max(1))
-            .map(|i| {
-                let (tx, rx) = mpsc::channel();
+            .map(|i: usize| {
+                let (tx, rx) = unbounded_channel();
                 let active = Arc::new(AtomicUsize::new(0));
                 let connected = Arc::new(AtomicBool::new(false));
                 let driver = Driver {
@@ -181,15 +183,12 @@ impl Pool {
                     commands: rx,
                     active: Arc::clone(&active),
                     connected: Arc::clone(&connected),
-                    client: None,
+                    live: None,
                     waiting: VecDeque::new(),
                     by_tag: HashMap::new(),
                     tag_of: HashMap::new(),
                 };
-                std::thread::Builder::new()
-                    .name(format!("nerva-conn-{i}"))
-                    .spawn(move || driver.run())
-                    .unwrap_or_else(|e| panic!("cannot start connection thread: {e}"));
+                tokio::spawn(driver.run(i));
                 Connection {
                     commands: tx,
                     active,
@@ -246,7 +245,7 @@ impl Pool {
                 params: params.clone(),
                 events: tx.clone(),
             };
-            if let Err(mpsc::SendError(Command::Submit(sub))) =
+            if let Err(tokio::sync::mpsc::error::SendError(Command::Submit(sub))) =
                 conn.commands.send(Command::Submit(sub))
             {
                 conn.active.fetch_sub(1, Ordering::Relaxed);
@@ -315,68 +314,123 @@ struct Running {
     events: UnboundedSender<Labelled>,
 }
 
+/// The readiness descriptor as `AsyncFd` wants it; the client owns (and closes) it.
+struct ReadyFd(RawFd);
+
+impl AsRawFd for ReadyFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// A connected client and its registration with the runtime.
+struct Live {
+    // Declared before `client`: deregistered from the runtime before the client closes the
+    // descriptor.
+    ready: AsyncFd<ReadyFd>,
+    client: Client,
+}
+
 /// Owns one [`Client`]; see the module docs.
 struct Driver {
     socket: Option<PathBuf>,
-    commands: mpsc::Receiver<Command>,
+    commands: UnboundedReceiver<Command>,
     active: Arc<AtomicUsize>,
     connected: Arc<AtomicBool>,
-    client: Option<Client>,
+    live: Option<Live>,
     /// Accepted by the pool, not yet in the daemon's submission ring (it was full).
     waiting: VecDeque<Submission>,
     by_tag: HashMap<u64, Running>,
     tag_of: HashMap<u64, u64>,
 }
 
-/// How long an idle connection sleeps before checking the daemon is still there.
-const IDLE_CHECK: Duration = Duration::from_millis(50);
-/// How long a busy connection sleeps on the doorbell before looking at new commands. Bounds
-/// the delay of a submission that arrives while earlier requests are generating.
-const BUSY_WAIT: Duration = Duration::from_millis(1);
 /// Delay between reconnect attempts while the daemon is away.
 const RECONNECT_EVERY: Duration = Duration::from_millis(100);
+/// Longest sleep while submissions wait for ring space (completions normally wake us first).
+const RING_FULL_RETRY: Duration = Duration::from_millis(1);
+
+/// What ended a driver's sleep.
+enum Wake {
+    Command(Option<Command>),
+    Ready(std::io::Result<()>),
+    Timer,
+}
 
 impl Driver {
-    fn run(mut self) {
+    async fn run(mut self, index: usize) {
         loop {
-            if self.client.is_none() && !self.reconnect() {
+            if self.live.is_none() && !self.reconnect(index).await {
                 return;
-            }
-            let idle = self.by_tag.is_empty() && self.waiting.is_empty();
-            if idle {
-                match self.commands.recv_timeout(IDLE_CHECK) {
-                    Ok(cmd) => self.command(cmd),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
             }
             loop {
                 match self.commands.try_recv() {
                     Ok(cmd) => self.command(cmd),
-                    Err(mpsc::TryRecvError::Empty) => break,
-                    Err(mpsc::TryRecvError::Disconnected) => return,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
                 }
             }
-            if let Err(e) = self.pump() {
-                self.connection_lost(&e);
+            match self.pump() {
+                Err(e) => {
+                    self.connection_lost(&e);
+                    continue;
+                }
+                // The descriptor's contract: poll until a poll delivers nothing.
+                Ok(delivered) if delivered > 0 => continue,
+                Ok(_) => {}
+            }
+            let Some(live) = self.live.as_ref() else {
+                continue;
+            };
+            // Nothing left: the doorbell is armed. Sleep until the daemon or a command wakes
+            // us (the daemon's hang-up also makes the descriptor readable).
+            let retry = !self.waiting.is_empty();
+            let wake = tokio::select! {
+                cmd = self.commands.recv() => Wake::Command(cmd),
+                ready = live.ready.readable() => Wake::Ready(ready.map(|mut g| g.clear_ready())),
+                _ = tokio::time::sleep(RING_FULL_RETRY), if retry => Wake::Timer,
+            };
+            match wake {
+                Wake::Command(Some(cmd)) => self.command(cmd),
+                Wake::Command(None) => return,
+                Wake::Ready(Ok(())) | Wake::Timer => {}
+                Wake::Ready(Err(e)) => self.connection_lost(&Error::Io(e)),
             }
         }
     }
 
     /// Connect (retrying while commands come in, failing them at once). False when the pool
     /// is gone.
-    fn reconnect(&mut self) -> bool {
+    async fn reconnect(&mut self, index: usize) -> bool {
         loop {
-            match Client::connect_with(&ConnectOptions {
+            let options = ConnectOptions {
                 socket: self.socket.clone(),
                 ..ConnectOptions::default()
-            }) {
-                Ok(c) => {
-                    self.client = Some(c);
+            };
+            // The handshake blocks (up to its 5 s timeout against a stuck daemon).
+            let connected = tokio::task::spawn_blocking(move || Client::connect_with(&options))
+                .await
+                .map_err(|e| Error::Protocol(format!("connect task: {e}")))
+                .and_then(|r| r);
+            let live = connected.and_then(|client| {
+                let fd = ReadyFd(client.ready_fd());
+                // SAFETY: the descriptor is the client's readiness descriptor, open until the
+                // client drops; `Live` keeps the client beside the `AsyncFd` and declares the
+                // `AsyncFd` first, so it is deregistered and dropped before the client closes
+                // the descriptor, and `ReadyFd` always returns this same descriptor.
+                let ready = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+                    .map_err(std::io::Error::from)?;
+                Ok(Live { ready, client })
+            });
+            match live {
+                Ok(live) => {
+                    self.live = Some(live);
                     self.connected.store(true, Ordering::Relaxed);
                     return true;
                 }
-                Err(_) => {
+                Err(e) => {
+                    if index == 0 && !self.waiting.is_empty() {
+                        eprintln!("nerva-gateway: daemon unreachable: {e}");
+                    }
                     let failed = self.waiting.len();
                     for s in self.waiting.drain(..) {
                         let _ = s
@@ -384,19 +438,18 @@ impl Driver {
                             .send((s.slot, GenEvent::Failed(Failure::DaemonGone)));
                     }
                     self.active.fetch_sub(failed, Ordering::Relaxed);
-                    let deadline = Instant::now() + RECONNECT_EVERY;
+                    let deadline = tokio::time::Instant::now() + RECONNECT_EVERY;
                     loop {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        match self.commands.recv_timeout(left) {
-                            Ok(Command::Submit(s)) => {
+                        match tokio::time::timeout_at(deadline, self.commands.recv()).await {
+                            Ok(Some(Command::Submit(s))) => {
                                 self.active.fetch_sub(1, Ordering::Relaxed);
                                 let _ = s
                                     .events
                                     .send((s.slot, GenEvent::Failed(Failure::DaemonGone)));
                             }
-                            Ok(Command::Cancel { .. }) => {}
-                            Err(RecvTimeoutError::Timeout) => break,
-                            Err(RecvTimeoutError::Disconnected) => return false,
+                            Ok(Some(Command::Cancel { .. })) => {}
+                            Err(_) => break,
+                            Ok(None) => return false,
                         }
                     }
                 }
@@ -412,22 +465,24 @@ impl Driver {
                     self.waiting.remove(pos);
                     self.active.fetch_sub(1, Ordering::Relaxed);
                 } else if let Some(&tag) = self.tag_of.get(&id)
-                    && let Some(client) = self.client.as_mut()
+                    && let Some(live) = self.live.as_mut()
                 {
                     // UnknownTag: it finished meanwhile. QueueFull: the ring is full of
                     // this client's own work; the dropped receiver cancels it on its next
                     // event instead (see `route`).
-                    let _ = client.cancel(nerva_client::Tag(tag));
+                    let _ = live.client.cancel(nerva_client::Tag(tag));
                 }
             }
         }
     }
 
-    /// Submit what waits, deliver what arrived, and sleep briefly when nothing did.
-    fn pump(&mut self) -> Result<(), Error> {
-        let Some(client) = self.client.as_mut() else {
-            return Ok(());
+    /// Submit what waits and deliver what arrived, without blocking; returns how many events
+    /// the client delivered.
+    fn pump(&mut self) -> Result<usize, Error> {
+        let Some(live) = self.live.as_mut() else {
+            return Ok(0);
         };
+        let client = &mut live.client;
         while let Some(s) = self.waiting.pop_front() {
             let prompt = match &s.prompt {
                 PromptInput::Text(t) => Prompt::Text(t),
@@ -555,13 +610,7 @@ impl Driver {
             // The HTTP side is gone; stop spending the daemon on it (UnknownTag: it ended).
             let _ = client.cancel(tag);
         }
-        if n == 0 && !self.by_tag.is_empty() {
-            client.wait(Some(BUSY_WAIT))?;
-        } else if n == 0 && !self.waiting.is_empty() {
-            // Ring full and nothing to reap yet: give the daemon a moment.
-            client.wait(Some(BUSY_WAIT))?;
-        }
-        Ok(())
+        Ok(n)
     }
 
     /// The connection died: fail everything it carried, reconnect on the next turn.
@@ -570,7 +619,7 @@ impl Driver {
             Error::DaemonGone | Error::ShuttingDown => Failure::DaemonGone,
             e => Failure::Other(e.to_string()),
         };
-        self.client = None;
+        self.live = None;
         self.connected.store(false, Ordering::Relaxed);
         let mut failed = 0;
         for (_, run) in self.by_tag.drain() {

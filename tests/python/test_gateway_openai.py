@@ -138,6 +138,9 @@ def test_logprobs(client: openai.OpenAI, model: str) -> None:
         logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})
     content = r.choices[0].logprobs.content
     assert len(content) == 5
+    # Entries name tokens by their text (the daemon's tokenizer), which spell the output.
+    assert "".join(e.token for e in content) == r.choices[0].message.content
+    assert all(bytes(e.bytes) == e.token.encode() for e in content)
     for entry in content:
         assert entry.logprob <= 0.0 and len(entry.top_logprobs) == 3
         # Greedy: the sampled token is the most likely alternative.

@@ -132,6 +132,8 @@ pub struct Pool {
     next_id: AtomicU64,
     admin: Mutex<Option<Client>>,
     socket: Option<PathBuf>,
+    /// Token id → its text alone (see [`Pool::token_texts`]).
+    token_text: Mutex<HashMap<u32, String>>,
 }
 
 /// Cancels its request in the daemon when dropped before [`CancelOnDrop::finished`] (the HTTP
@@ -201,6 +203,7 @@ impl Pool {
             next_id: AtomicU64::new(1),
             admin: Mutex::new(None),
             socket,
+            token_text: Mutex::new(HashMap::new()),
         })
     }
 
@@ -293,6 +296,58 @@ impl Pool {
             }
         }
         Err(Error::DaemonGone)
+    }
+}
+
+impl Pool {
+    /// The text of each token of `ids` on its own (for log-probability entries), through the
+    /// daemon's tokenizer; cached, since a vocabulary is fixed while the daemon runs. Ids the
+    /// daemon cannot decode are left out of the map (blocking: call from a blocking context).
+    pub fn token_texts(&self, ids: &[u32]) -> HashMap<u32, String> {
+        let mut out = HashMap::with_capacity(ids.len());
+        let cache = self.token_text.lock().unwrap_or_else(|p| p.into_inner());
+        let mut missing = Vec::new();
+        for &id in ids {
+            match cache.get(&id) {
+                Some(t) => {
+                    out.insert(id, t.clone());
+                }
+                None => missing.push(id),
+            }
+        }
+        drop(cache);
+        if missing.is_empty() {
+            return out;
+        }
+        let mut admin = self.admin.lock().unwrap_or_else(|p| p.into_inner());
+        for id in missing {
+            if admin.is_none() {
+                match Client::connect_with(&ConnectOptions {
+                    socket: self.socket.clone(),
+                    ..ConnectOptions::default()
+                }) {
+                    Ok(c) => *admin = Some(c),
+                    Err(_) => break,
+                }
+            }
+            let Some(client) = admin.as_mut() else { break };
+            match client.detokenize(&[id], false) {
+                Ok(text) => {
+                    self.token_text
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(id, text.clone());
+                    out.insert(id, text);
+                }
+                // Refused (no tokenizer, id outside the vocabulary): leave it to the caller.
+                Err(Error::Refused { .. }) => {}
+                Err(_) => {
+                    *admin = None;
+                    break;
+                }
+            }
+        }
+        out
     }
 }
 

@@ -1,7 +1,7 @@
 //! One HTTP generation: collects a [`Submitted`] group's events into OpenAI choices, as a
 //! whole response or as SSE chunks.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,10 +16,28 @@ use crate::error::ApiError;
 use crate::request::{Endpoint, Logprobs, ParsedRequest};
 use crate::server::AppState;
 
-/// How a sampled token is named in log-probability entries. The daemon reports token ids
-/// only; this is vLLM's `--return-tokens-as-token-ids` spelling, which round-trips exactly.
-fn token_name(id: u32) -> String {
-    format!("token_id:{id}")
+/// Token texts for log-probability entries, resolved through the daemon's tokenizer.
+type TokenNames = HashMap<u32, String>;
+
+/// How a token is named in log-probability entries: its text through the daemon's tokenizer,
+/// or, when the daemon cannot say (no tokenizer, gone), vLLM's
+/// `--return-tokens-as-token-ids` spelling, which round-trips exactly.
+fn token_name(names: &TokenNames, id: u32) -> String {
+    names
+        .get(&id)
+        .cloned()
+        .unwrap_or_else(|| format!("token_id:{id}"))
+}
+
+/// Texts of `ids` (each decoded on its own, cached by the pool).
+async fn resolve_names(state: &AppState, ids: Vec<u32>) -> TokenNames {
+    if ids.is_empty() {
+        return TokenNames::new();
+    }
+    let pool = Arc::clone(&state.pool);
+    tokio::task::spawn_blocking(move || pool.token_texts(&ids))
+        .await
+        .unwrap_or_default()
 }
 
 /// One choice (= one sample of one prompt) being assembled.
@@ -199,8 +217,20 @@ impl Assembly {
         )
     }
 
+    /// Token ids (sampled and alternatives) of entries `from..to` of choice `i`.
+    fn entry_ids(&self, i: usize, from: usize, to: usize) -> Vec<u32> {
+        let c = &self.choices[i];
+        let mut ids: Vec<u32> = c.ids[from..to].to_vec();
+        for top in c.top.iter().take(to).skip(from).flatten() {
+            ids.extend(top.iter().map(|&(id, _)| id));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
     /// Log-probability entries `from..to` of choice `i`, in the endpoint's shape.
-    fn logprobs_json(&self, i: usize, from: usize, to: usize) -> Value {
+    fn logprobs_json(&self, names: &TokenNames, i: usize, from: usize, to: usize) -> Value {
         let c = &self.choices[i];
         let lp = |k: usize| c.logprobs.get(k).copied().map(f64::from);
         let alternatives =
@@ -209,13 +239,13 @@ impl Assembly {
             Endpoint::Chat => {
                 let content: Vec<Value> = (from..to)
                     .map(|k| {
-                        let name = token_name(c.ids[k]);
+                        let name = token_name(names, c.ids[k]);
                         json!({
                             "token": name,
                             "logprob": lp(k),
                             "bytes": name.as_bytes(),
                             "top_logprobs": alternatives(k).iter().map(|&(id, l)| {
-                                let n = token_name(id);
+                                let n = token_name(names, id);
                                 json!({"token": n, "logprob": l, "bytes": n.as_bytes()})
                             }).collect::<Vec<_>>(),
                         })
@@ -224,13 +254,13 @@ impl Assembly {
                 json!({ "content": content })
             }
             Endpoint::Completions => {
-                let tokens: Vec<String> = (from..to).map(|k| token_name(c.ids[k])).collect();
+                let tokens: Vec<String> = (from..to).map(|k| token_name(names, c.ids[k])).collect();
                 let lps: Vec<Option<f64>> = (from..to).map(lp).collect();
                 let top: Vec<Value> = (from..to)
                     .map(|k| {
                         let map: serde_json::Map<String, Value> = alternatives(k)
                             .iter()
-                            .map(|&(id, l)| (token_name(id), json!(l)))
+                            .map(|&(id, l)| (token_name(names, id), json!(l)))
                             .collect();
                         Value::Object(map)
                     })
@@ -290,7 +320,17 @@ pub async fn respond(
         submitted.guard.finished();
         let (p, c) = asm.token_counts();
         state.metrics.tokens(p, c);
-        return Ok(axum::Json(whole_response(&asm, &model)).into_response());
+        let names = if asm.logprobs == Logprobs::Off {
+            TokenNames::new()
+        } else {
+            let mut ids: Vec<u32> = (0..asm.choices.len())
+                .flat_map(|i| asm.entry_ids(i, 0, asm.choices[i].ready(asm.top())))
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            resolve_names(&state, ids).await
+        };
+        return Ok(axum::Json(whole_response(&asm, &names, &model)).into_response());
     }
     // Stream: hold the headers until the first event so a refused request still gets its
     // HTTP status instead of a 200 with an error inside.
@@ -330,7 +370,7 @@ pub async fn respond(
     Ok(resp)
 }
 
-fn whole_response(asm: &Assembly, model: &str) -> Value {
+fn whole_response(asm: &Assembly, names: &TokenNames, model: &str) -> Value {
     let logprobs_on = asm.logprobs != Logprobs::Off;
     let choices: Vec<Value> = asm
         .choices
@@ -338,7 +378,7 @@ fn whole_response(asm: &Assembly, model: &str) -> Value {
         .enumerate()
         .map(|(i, c)| {
             let lp = if logprobs_on {
-                asm.logprobs_json(i, 0, c.ready(asm.top()))
+                asm.logprobs_json(names, i, 0, c.ready(asm.top()))
             } else {
                 Value::Null
             };
@@ -415,7 +455,14 @@ impl SseStream {
             match self.asm.apply(&self.state, ev) {
                 Err(f) => self.fail(&f),
                 Ok(i) => {
-                    self.emit_choice(i);
+                    let names = if self.asm.logprobs == Logprobs::Off {
+                        TokenNames::new()
+                    } else {
+                        let c = &self.asm.choices[i];
+                        let ids = self.asm.entry_ids(i, c.sent, c.ready(self.asm.top()));
+                        resolve_names(&self.state, ids).await
+                    };
+                    self.emit_choice(i, &names);
                     if self.asm.complete() {
                         self.finish();
                     }
@@ -448,7 +495,7 @@ impl SseStream {
 
     /// Send what choice `i` has ready: its opening delta, new text and log-probabilities, and
     /// its finish reason once known.
-    fn emit_choice(&mut self, i: usize) {
+    fn emit_choice(&mut self, i: usize, names: &TokenNames) {
         let top = self.asm.top();
         let logprobs_on = self.asm.logprobs != Logprobs::Off;
         let (text, from, to, finish, opening) = {
@@ -477,7 +524,7 @@ impl SseStream {
         }
         if !text.is_empty() || to > from {
             let lp = if logprobs_on && to > from {
-                self.asm.logprobs_json(i, from, to)
+                self.asm.logprobs_json(names, i, from, to)
             } else {
                 Value::Null
             };

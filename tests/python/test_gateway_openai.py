@@ -183,6 +183,9 @@ def test_error_shapes(client: openai.OpenAI, model: str, gateway: Gateway) -> No
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=msgs, n=0)
     assert e.value.body["param"] == "n"
+    with pytest.raises(openai.BadRequestError) as e:  # above the daemon's --max-batch (16)
+        client.chat.completions.create(model=model, messages=msgs, n=17, max_tokens=1)
+    assert e.value.body["param"] == "n" and "max batch" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=[])
     assert e.value.body["param"] == "messages"

@@ -429,8 +429,12 @@ impl Driver {
                     self.connection_lost(&e);
                     continue;
                 }
-                // The descriptor's contract: poll until a poll delivers nothing.
-                Ok(delivered) if delivered > 0 => continue,
+                // The descriptor's contract: poll until a poll delivers nothing. Yield between
+                // rounds so a connection that never runs dry cannot starve the HTTP tasks.
+                Ok(delivered) if delivered > 0 => {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 Ok(_) => {}
             }
             let Some(live) = self.live.as_ref() else {

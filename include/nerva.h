@@ -6,23 +6,37 @@
  * when this file is stale.
  *
  * Overview
- *   nerva_client_connect()     open a connection (one shared-memory segment per client)
- *   nerva_client_submit_*()    queue a generation (text, token ids or chat messages)
+ *   nerva_client_connect()     open a connection (one shared-memory segment per client);
+ *                              nerva_client_connect_with() sizes its rings and data area
+ *   nerva_client_submit_*()    queue a generation (text, token ids or chat messages); the
+ *                              params' user_data is echoed on every event of the request
  *   nerva_client_poll()        collect events without blocking
  *   nerva_client_wait()        sleep until events arrive (doorbell, no busy loop)
+ *   nerva_client_fd()          a descriptor for your own event loop (epoll, libuv, tokio)
  *   nerva_client_cancel()      stop a generation early
+ *   nerva_client_model_info()  model, dtype, vocabulary, context and the daemon's limits
+ *   nerva_client_tokenize() / nerva_client_detokenize()   through the daemon's tokenizer
  *   nerva_client_close()       disconnect and free the handle
  *
  * Every function that returns `int` returns NERVA_OK (0) or a negative nerva_status code; the
  * table under `nerva_status` says what each code means and what state it leaves behind.
  * nerva_strerror() turns a code into text.
  *
+ * Error codes: two spaces that cannot be confused
+ *   Return codes of functions are nerva_status values (0 or negative): nerva_strerror().
+ *   The `status` of a NERVA_EVENT_ERROR event is a nerva_request_status (0 or positive, the
+ *   daemon's wire code): nerva_request_status_string(). The numbers never overlap.
+ *
  * Thread safety
- *   A nerva_client may be used by one thread at a time (it may move between threads). A call
- *   that overlaps another call on the same client returns NERVA_E_CLIENT_IN_USE and does
- *   nothing. Many clients per process are fine; each has its own segment and its own events.
+ *   Any thread may call into a nerva_client; calls on one client serialize on an internal
+ *   lock held only for non-blocking work, and nerva_client_wait() sleeps without it. So one
+ *   thread may reap (wait + poll) while others submit and cancel: a submitter never waits
+ *   behind a sleeping reaper. nerva_client_close() while other threads are inside calls on
+ *   the same client is defined: sleeping waits wake, every call returns (NERVA_E_CLOSED if it
+ *   had not finished) and close frees the handle after the last one left; no call may begin
+ *   once close has begun. Many clients per process are fine; each has its own segment.
  *   Functions that take no client (nerva_strerror, nerva_abi_version, nerva_version_string,
- *   nerva_generate_default_params) are thread-safe.
+ *   nerva_generate_default_params, nerva_connect_default_options) are thread-safe.
  *
  * Memory
  *   Pointers passed in are only read during the call; the library keeps no reference to them.
@@ -54,6 +68,16 @@
  * as several consecutive events of the same kind.
  */
 #define NERVA_EVENT_MAX_TOKENS 16
+
+/**
+ * Bytes of `nerva_model_info.name` (including the terminating NUL).
+ */
+#define NERVA_MODEL_NAME_BYTES 256
+
+/**
+ * Bytes of the short text fields of `nerva_model_info` (including the terminating NUL).
+ */
+#define NERVA_MODEL_FIELD_BYTES 32
 
 /**
  * Most samples one request may ask for (`n_samples`).
@@ -203,8 +227,9 @@ typedef uint32_t nerva_finish_reason;
  * |  -13 | NERVA_E_IO                  | an operating-system call failed (`errno` is kept)   | connect: `*out` is NULL; otherwise close the client  |
  * |  -14 | NERVA_E_TOO_LARGE           | the request can never fit the client's data area    | nothing sent; shorten the prompt or stop lists       |
  * |  -15 | NERVA_E_UNKNOWN_TAG         | no request with this tag is in flight               | nothing changed (harmless after a race with DONE)    |
- * | -100 | NERVA_E_CLIENT_IN_USE       | another thread is inside a call on this client      | nothing done; serialize calls on one client          |
+ * | -100 | NERVA_E_CLIENT_IN_USE       | reserved: no longer returned (calls on one client now serialize) | -                            |
  * | -101 | NERVA_E_INTERNAL            | a bug in the library, caught before it reached C    | the client is poisoned, later calls fail; close it   |
+ * | -102 | NERVA_E_CLOSED              | another thread closed the client during this call   | the handle is being freed; do not use it again       |
  *
  * A request that fails inside the daemon (a prompt longer than the context, a token id
  * outside the vocabulary) is reported by a `NERVA_EVENT_ERROR` event whose `status` is a
@@ -280,13 +305,19 @@ enum nerva_status
      */
     NERVA_E_UNKNOWN_TAG = -15,
     /**
-     * Another thread is inside a call on this client.
+     * Reserved (number kept, never reused): returned by earlier versions for overlapping
+     * calls on one client, which now serialize instead.
      */
     NERVA_E_CLIENT_IN_USE = -100,
     /**
      * A bug inside the library; the client is poisoned.
      */
     NERVA_E_INTERNAL = -101,
+    /**
+     * Another thread closed the client while this call was inside it; the call did
+     * nothing more and the handle is being freed.
+     */
+    NERVA_E_CLOSED = -102,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -364,7 +395,8 @@ enum nerva_request_status
      */
     NERVA_REQUEST_BAD_REPETITION_PENALTY = 13,
     /**
-     * `n_samples` is 0 or above [`crate::MAX_SAMPLES`].
+     * `n_samples` is 0, above [`crate::MAX_SAMPLES`], or above the daemon's `--max-batch`
+     * (the detail says which, with the numbers).
      */
     NERVA_REQUEST_BAD_SAMPLE_COUNT = 14,
     /**
@@ -392,7 +424,9 @@ enum nerva_request_status
      */
     NERVA_REQUEST_TOKEN_OUT_OF_VOCAB = 33,
     /**
-     * Prompt (plus `max_tokens`) exceeds the context length.
+     * The prompt alone leaves no room to generate within the context length (or the KV
+     * pool); the detail carries both numbers. A `max_tokens` beyond the context is not
+     * refused: generation stops there with NERVA_FINISH_CONTEXT_LENGTH.
      */
     NERVA_REQUEST_PROMPT_TOO_LONG = 34,
     /**
@@ -439,9 +473,36 @@ typedef uint32_t nerva_request_status;
 /**
  * A connection to nervad: one shared-memory segment with its rings, and the events received
  * but not yet handed to C. Opaque; create with `nerva_client_connect`, free with
- * `nerva_client_close`. Used by one thread at a time (see the header's thread-safety notes).
+ * `nerva_client_close`. Any thread may call into it; calls serialize (see the header's
+ * thread-safety notes).
  */
 typedef struct nerva_client nerva_client;
+
+/**
+ * How a client is sized and behaves, for `nerva_client_connect_with`. Start from
+ * `nerva_connect_default_options()`; zero sizes mean the daemon's defaults. The daemon's
+ * bounds are in `nerva_model_info` (`max_ring_entries`, `max_data_bytes`); a size outside
+ * them fails the connect with NERVA_E_INVALID_ARGUMENT.
+ */
+typedef struct nerva_connect_options {
+    /**
+     * Submission ring entries (a power of two), or 0.
+     */
+    uint32_t sq_entries;
+    /**
+     * Completion ring entries (a power of two), or 0. A full completion ring pauses this
+     * client's streams until it polls (they give their batch slots to other clients meanwhile).
+     */
+    uint32_t cq_entries;
+    /**
+     * Input area bytes (prompts and stop lists of requests in flight), or 0.
+     */
+    uint64_t data_bytes;
+    /**
+     * Microseconds `nerva_client_wait` spins on the ring before it sleeps (0: sleep at once).
+     */
+    uint32_t spin_us;
+} nerva_connect_options;
 
 /**
  * Sampling and stopping parameters of one generation.
@@ -540,6 +601,12 @@ typedef struct nerva_generate_params {
      * Number of entries in `stop_token_ids`.
      */
     size_t n_stop_token_ids;
+    /**
+     * Caller-chosen value echoed in `nerva_event.user_data` of every event of this request
+     * (io_uring's `user_data`: e.g. a pointer to the caller's per-request state). Never sent
+     * to the daemon. Default 0.
+     */
+    uint64_t user_data;
 } nerva_generate_params;
 
 /**
@@ -595,6 +662,11 @@ typedef struct nerva_event {
      */
     uint64_t tag;
     /**
+     * The request's `user_data` from its `nerva_generate_params`, echoed on every event of
+     * the request (0 for SHUTDOWN).
+     */
+    uint64_t user_data;
+    /**
      * What this event reports.
      */
     nerva_event_kind kind;
@@ -647,6 +719,85 @@ typedef struct nerva_event {
     struct nerva_timings timings;
 } nerva_event;
 
+/**
+ * What the daemon serves and the limits it enforces, filled by `nerva_client_model_info`.
+ * Text fields are NUL-terminated UTF-8, cut at a character boundary if longer.
+ */
+typedef struct nerva_model_info {
+    /**
+     * Model name or path.
+     */
+    char name[NERVA_MODEL_NAME_BYTES];
+    /**
+     * Architecture, e.g. "Qwen3", "Llama".
+     */
+    char architecture[NERVA_MODEL_FIELD_BYTES];
+    /**
+     * Weight storage dtype: "bf16", "f16", "f32" ("none" for the test engine).
+     */
+    char dtype[NERVA_MODEL_FIELD_BYTES];
+    /**
+     * Vocabulary size: valid token ids are 0..vocab_size.
+     */
+    uint32_t vocab_size;
+    /**
+     * Longest sequence (prompt + max_tokens) the daemon serves.
+     */
+    uint32_t max_context;
+    /**
+     * Most sequences the daemon runs at once (`--max-batch`); `n_samples` may not exceed it.
+     */
+    uint32_t max_batch;
+    /**
+     * Most samples one request may ask for (NERVA_MAX_SAMPLES).
+     */
+    uint32_t max_samples;
+    /**
+     * Most stop strings per request.
+     */
+    uint32_t max_stop_strings;
+    /**
+     * Longest stop string in bytes.
+     */
+    uint32_t max_stop_string_bytes;
+    /**
+     * Most stop token ids per request.
+     */
+    uint32_t max_stop_token_ids;
+    /**
+     * Most top log-probabilities per token.
+     */
+    uint32_t max_top_logprobs;
+    /**
+     * Largest ring a client may ask for in `nerva_connect_options`.
+     */
+    uint32_t max_ring_entries;
+    /**
+     * Whether `nerva_client_tokenize` / `nerva_client_detokenize` are available.
+     */
+    bool has_tokenizer;
+    /**
+     * Largest input area a client may ask for in `nerva_connect_options`.
+     */
+    uint64_t max_data_bytes;
+    /**
+     * This client's submission ring entries.
+     */
+    uint32_t sq_entries;
+    /**
+     * This client's completion ring entries.
+     */
+    uint32_t cq_entries;
+    /**
+     * This client's input area bytes.
+     */
+    uint64_t data_bytes;
+    /**
+     * This client's reply area bytes (largest tokenize / detokenize result).
+     */
+    uint64_t reply_bytes;
+} nerva_model_info;
+
 
 
 #ifdef __cplusplus
@@ -654,7 +805,12 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Connect to nervad and create a client.
+ * The default connect options: every size the daemon's default, no spinning.
+ */
+struct nerva_connect_options nerva_connect_default_options(void);
+
+/**
+ * Connect to nervad and create a client with the daemon's default sizes.
  *
  * `socket_path`: NUL-terminated path of the daemon's socket, or NULL for the default:
  * `$NERVA_SOCKET` if set, else `$XDG_RUNTIME_DIR/nerva/nervad.sock`, else
@@ -672,15 +828,31 @@ extern "C" {
 NERVA_NODISCARD int nerva_client_connect(const char *socket_path, struct nerva_client **out);
 
 /**
+ * As `nerva_client_connect`, sized by `options` (NULL: `nerva_connect_default_options()`).
+ * Sizes the daemon refuses (not a power of two, outside its bounds) fail with
+ * NERVA_E_INVALID_ARGUMENT.
+ *
+ * # Safety
+ * `socket_path` is NULL or a NUL-terminated string; `options` is NULL or readable; `out` is
+ * NULL or writable.
+ */
+NERVA_NODISCARD
+int nerva_client_connect_with(const char *socket_path,
+                              const struct nerva_connect_options *options,
+                              struct nerva_client **out);
+
+/**
  * Disconnect and free a client. The daemon cancels its in-flight requests. Text pointers of
  * its events become invalid. NULL is ignored.
  *
- * Must not overlap another call on the same client: a close that finds a call in progress on
- * another thread leaves the client open (leaked) rather than free memory in use.
+ * Calls on other threads that are inside the library on this client when close begins are
+ * defined: a sleeping `nerva_client_wait` wakes at once, and each of them returns (with its
+ * own result, or NERVA_E_CLOSED if it had not finished) before close frees the handle; close
+ * blocks until then. No call may *begin* on the handle once close has begun (as with free()).
  *
  * # Safety
- * `client` is NULL or a handle from `nerva_client_connect` not closed yet; it must not be
- * used after this call.
+ * `client` is NULL or a handle from `nerva_client_connect` not closed yet; no call on it may
+ * begin after this one began.
  */
 void nerva_client_close(struct nerva_client *client);
 
@@ -770,17 +942,38 @@ int nerva_client_poll(struct nerva_client *client,
                       size_t *n_out);
 
 /**
- * Block until events are ready or `timeout_ms` passes. Sleeps on the completion doorbell (an
- * eventfd): no busy loop. `timeout_ms` < 0 waits forever; 0 only checks.
+ * Block until events are ready or `timeout_ms` passes. Sleeps on the client's readiness
+ * descriptor (no busy loop) *without* holding the client: other threads may submit, cancel and
+ * poll meanwhile (one thread reaps while others submit). `timeout_ms` < 0 waits forever; 0
+ * only checks.
  *
  * Returns NERVA_OK when events are ready (call `nerva_client_poll`), NERVA_E_TIMEOUT,
- * NERVA_E_DAEMON_GONE (within about a second of the daemon's death), NERVA_E_PROTOCOL,
+ * NERVA_E_DAEMON_GONE (within milliseconds of the daemon's death, once every event it sent
+ * was handed out), NERVA_E_CLOSED (another thread closed the client), NERVA_E_PROTOCOL,
  * NERVA_E_IO.
  *
  * # Safety
  * `client` is a live handle.
  */
 NERVA_NODISCARD int nerva_client_wait(struct nerva_client *client, int timeout_ms);
+
+/**
+ * The client's readiness descriptor, for the caller's own event loop (epoll, poll, libuv,
+ * tokio's AsyncFd): it is readable when events are ready or the daemon hung up. Owned by the
+ * client: do not close or read it; it stays valid until `nerva_client_close`.
+ *
+ * Contract (liburing's eventfd model, level-triggered): after this call, every
+ * `nerva_client_poll` leaves the descriptor either readable (events still waiting) or armed
+ * (the daemon makes it readable with its next event). So: wait for readability, then call
+ * `nerva_client_poll` until it returns no events, and go back to waiting. Taking the
+ * descriptor costs the daemon one eventfd write per completion burst for this client.
+ *
+ * Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (`fd_out` NULL).
+ *
+ * # Safety
+ * `client` is a live handle; `fd_out` is writable.
+ */
+NERVA_NODISCARD int nerva_client_fd(struct nerva_client *client, int *fd_out);
 
 /**
  * Ask the daemon to stop the request `tag` early. Its samples end with DONE events carrying
@@ -806,6 +999,73 @@ NERVA_NODISCARD int nerva_client_cancel(struct nerva_client *client, uint64_t ta
  * `client` is a live handle; `rtt_ns_out` is writable.
  */
 NERVA_NODISCARD int nerva_client_nop(struct nerva_client *client, uint64_t *rtt_ns_out);
+
+/**
+ * Ask the daemon what it serves: model, dtype, vocabulary, context, batch and request limits,
+ * and this client's own sizes. One round trip (blocks up to 5 s; events that arrive meanwhile
+ * are kept for the next poll).
+ *
+ * Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (`out` NULL), NERVA_E_RING_FULL,
+ * NERVA_E_TIMEOUT, NERVA_E_DAEMON_GONE, NERVA_E_PROTOCOL. `*out` is written only on success.
+ *
+ * # Safety
+ * `client` is a live handle; `out` is writable.
+ */
+NERVA_NODISCARD
+int nerva_client_model_info(struct nerva_client *client,
+                            struct nerva_model_info *out);
+
+/**
+ * Token ids of `text` through the daemon's tokenizer (as `llama_tokenize`).
+ * `add_special`: add what a text prompt gets (e.g. BOS), so the count equals what a
+ * generation of this text would process.
+ *
+ * `ids`/`cap`: the output array; `*n_out` receives the number of ids. When they do not fit
+ * (`*n_out` > `cap`), nothing is written to `ids`, `*n_out` is the count needed and the call
+ * returns NERVA_E_TOO_LARGE: call again with a larger array. Empty text gives 0 ids.
+ *
+ * Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (NULL, text not UTF-8), NERVA_E_TOO_LARGE,
+ * NERVA_E_REJECTED (the engine has no tokenizer), NERVA_E_RING_FULL, NERVA_E_TIMEOUT,
+ * NERVA_E_DAEMON_GONE.
+ *
+ * # Safety
+ * `client` is a live handle; `text` is readable for `text_len` bytes; `ids` is writable for
+ * `cap` ids (may be NULL with `cap` 0); `n_out` is writable.
+ */
+NERVA_NODISCARD
+int nerva_client_tokenize(struct nerva_client *client,
+                          const char *text,
+                          size_t text_len,
+                          bool add_special,
+                          uint32_t *ids,
+                          size_t cap,
+                          size_t *n_out);
+
+/**
+ * Text of `ids` through the daemon's tokenizer (as `llama_detokenize`); `skip_special` leaves
+ * special tokens out.
+ *
+ * `buf`/`cap`: the output buffer; the text is written followed by a NUL, and `*len_out`
+ * receives its length without the NUL. When it does not fit (`*len_out` + 1 > `cap`),
+ * nothing is written, `*len_out` is the length needed (without the NUL) and the call returns
+ * NERVA_E_TOO_LARGE.
+ *
+ * Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (NULL), NERVA_E_TOO_LARGE, NERVA_E_REJECTED (an
+ * id outside the vocabulary, or no tokenizer), NERVA_E_RING_FULL, NERVA_E_TIMEOUT,
+ * NERVA_E_DAEMON_GONE.
+ *
+ * # Safety
+ * `client` is a live handle; `ids` is readable for `n_ids` ids; `buf` is writable for `cap`
+ * bytes (may be NULL with `cap` 0); `len_out` is writable.
+ */
+NERVA_NODISCARD
+int nerva_client_detokenize(struct nerva_client *client,
+                            const uint32_t *ids,
+                            size_t n_ids,
+                            bool skip_special,
+                            char *buf,
+                            size_t cap,
+                            size_t *len_out);
 
 /**
  * The default parameters (the Rust API's `GenerateParams::default()`), by value: greedy off

@@ -114,8 +114,11 @@ int main(int argc, char **argv) {
                 finished = 1;
                 break;
             case NERVA_EVENT_ERROR:
-                fprintf(stderr, "\nstream: request failed: %s (%d)\n", nerva_strerror(ev->status),
-                        ev->status);
+                /* An event's status is a nerva_request_status (the daemon's code), not a
+                 * return code: its text comes from nerva_request_status_string. */
+                fprintf(stderr, "\nstream: request failed: %s (%u): %.*s\n",
+                        nerva_request_status_string(ev->status), (unsigned)ev->status,
+                        (int)ev->text_len, ev->text ? ev->text : "");
                 finished = 1;
                 break;
             default:

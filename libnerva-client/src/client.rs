@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,11 +12,12 @@ use nerva_rings::completion::Event as WireEvent;
 use nerva_rings::descriptor::GenerateRequest as WireGenerate;
 use nerva_rings::handshake::ABI_VERSION;
 use nerva_rings::{
-    AdminQuery, ByteRange, ClientEnd, Completion, Descriptor, EventFd, EventKind, Extension,
-    GenerateFlags, Notifier, PromptKind, PushError, SamplingParams, Segment, SegmentMapping,
-    StatusCode,
+    AdminOptions, AdminQuery, ByteRange, ClientEnd, Completion, Descriptor, EventFd, EventKind,
+    Extension, GenerateFlags, Notifier, PromptKind, PushError, SamplingParams, Segment,
+    SegmentMapping, StatusCode,
 };
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
 use crate::connection::{RingSizes, connect_to, default_socket_path};
 use crate::error::{Error, Result};
@@ -48,6 +49,102 @@ pub struct ConnectOptions {
 struct InFlight {
     samples_left: u16,
     next_seq: u32,
+    user_data: u64,
+    /// Whether the request asked for log-probabilities (without, token events carry none).
+    logprobs: bool,
+}
+
+/// What the daemon serves and the limits it enforces ([`Client::model_info`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Model name or path.
+    pub name: String,
+    /// Architecture (e.g. `Qwen3`, `Llama`).
+    pub architecture: String,
+    /// Storage dtype of the weights (`bf16`, `f16`, `f32`; `none` for the test engine).
+    pub dtype: String,
+    /// Vocabulary size: valid token ids are `0..vocab_size`.
+    pub vocab_size: u32,
+    /// Longest sequence (prompt + generated tokens) the daemon serves.
+    pub max_context: u32,
+    /// Whether [`Client::tokenize`] / [`Client::detokenize`] are available.
+    pub has_tokenizer: bool,
+    /// Most sequences (samples) the daemon runs at once (`--max-batch`); a request's
+    /// `n_samples` may not exceed it.
+    pub max_batch: u32,
+    /// Most samples one request may ask for on the wire.
+    pub max_samples: u32,
+    /// Most stop strings per request.
+    pub max_stop_strings: u32,
+    /// Longest stop string in bytes.
+    pub max_stop_string_bytes: u32,
+    /// Most stop token ids per request.
+    pub max_stop_token_ids: u32,
+    /// Most top log-probabilities per token.
+    pub max_top_logprobs: u32,
+    /// Largest ring a client may ask for at connect ([`RingSizes`]).
+    pub max_ring_entries: u32,
+    /// Largest input region a client may ask for at connect.
+    pub max_data_bytes: u64,
+    /// This client's submission ring entries.
+    pub sq_entries: u32,
+    /// This client's completion ring entries.
+    pub cq_entries: u32,
+    /// This client's input region bytes (prompts, token ids, stop lists of requests in flight).
+    pub data_bytes: u64,
+    /// This client's output region bytes (largest admin / tokenize reply).
+    pub reply_bytes: u64,
+}
+
+impl ModelInfo {
+    fn from_json(text: &str) -> Result<Self> {
+        let v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| Error::Protocol(format!("model info is not JSON: {e}")))?;
+        let field = |path: &[&str]| -> Result<&serde_json::Value> {
+            let mut at = &v;
+            for key in path {
+                at = at.get(key).ok_or_else(|| {
+                    Error::Protocol(format!("model info lacks {}", path.join(".")))
+                })?;
+            }
+            Ok(at)
+        };
+        let text = |path: &[&str]| -> Result<String> {
+            field(path)?
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| Error::Protocol(format!("model info {}", path.join("."))))
+        };
+        let num = |path: &[&str]| -> Result<u64> {
+            field(path)?
+                .as_u64()
+                .ok_or_else(|| Error::Protocol(format!("model info {}", path.join("."))))
+        };
+        let small = |path: &[&str]| -> Result<u32> {
+            u32::try_from(num(path)?)
+                .map_err(|_| Error::Protocol(format!("model info {}", path.join("."))))
+        };
+        Ok(ModelInfo {
+            name: text(&["name"])?,
+            architecture: text(&["architecture"])?,
+            dtype: text(&["dtype"])?,
+            vocab_size: small(&["vocab_size"])?,
+            max_context: small(&["max_context"])?,
+            has_tokenizer: field(&["tokenizer"])?.as_bool().unwrap_or(false),
+            max_batch: small(&["limits", "max_batch"])?,
+            max_samples: small(&["limits", "max_samples"])?,
+            max_stop_strings: small(&["limits", "max_stop_strings"])?,
+            max_stop_string_bytes: small(&["limits", "max_stop_string_bytes"])?,
+            max_stop_token_ids: small(&["limits", "max_stop_token_ids"])?,
+            max_top_logprobs: small(&["limits", "max_top_logprobs"])?,
+            max_ring_entries: small(&["limits", "max_ring_entries"])?,
+            max_data_bytes: num(&["limits", "max_data_bytes"])?,
+            sq_entries: small(&["client", "sq_entries"])?,
+            cq_entries: small(&["client", "cq_entries"])?,
+            data_bytes: num(&["client", "data_bytes"])?,
+            reply_bytes: num(&["client", "reply_bytes"])?,
+        })
+    }
 }
 
 /// A connection to `nervad`.
@@ -72,6 +169,13 @@ pub struct Client {
     sq_bell: Notifier,
     cq_bell: EventFd,
     socket: OwnedFd,
+    /// The readiness descriptor: an epoll set over the completion doorbell and the socket
+    /// (readable when the doorbell rang or the daemon hung up).
+    ready_fd: Epoll,
+    /// Set once the caller took the readiness descriptor: from then on every poll leaves the
+    /// doorbell armed (or the descriptor readable), so an external event loop never misses an
+    /// event. Off by default: arming costs the daemon an eventfd write per completion pass.
+    external_wait: Cell<bool>,
     arena: InputArena,
     /// Descriptors pushed so far (wrapping); the submission sequence number of the next one.
     submitted: u32,
@@ -85,6 +189,8 @@ pub struct Client {
     drained: Box<[Completion; POLL_BATCH]>,
     text: TextAssembler,
     spin: Duration,
+    /// How long the blocking NOP, admin and tokenize calls wait for their reply.
+    reply_timeout: Duration,
     last_liveness: Instant,
     shutting_down: bool,
     gone: bool,
@@ -128,12 +234,23 @@ impl Client {
             EventFd::from_owned(conn.sq_doorbell)?,
         );
         let cq_bell = EventFd::from_owned(conn.cq_doorbell)?;
+        let ready_fd = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        ready_fd.add(cq_bell.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+        ready_fd.add(
+            conn.socket.as_fd(),
+            EpollEvent::new(
+                EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLHUP,
+                1,
+            ),
+        )?;
         let arena = InputArena::new(end.input.len());
         Ok(Client {
             end,
             sq_bell,
             cq_bell,
             socket: conn.socket,
+            ready_fd,
+            external_wait: Cell::new(false),
             arena,
             submitted: 0,
             next_tag: 1,
@@ -143,6 +260,7 @@ impl Client {
             drained: Box::new([Completion::default(); POLL_BATCH]),
             text: TextAssembler::default(),
             spin: options.spin,
+            reply_timeout: REPLY_TIMEOUT,
             last_liveness: Instant::now(),
             shutting_down: false,
             gone: false,
@@ -179,16 +297,111 @@ impl Client {
         self.in_flight.len()
     }
 
+    /// Set how long the blocking calls (NOP, admin queries, model info, tokenize) wait for
+    /// their reply before [`Error::Timeout`] (default 5 s).
+    pub fn set_reply_timeout(&mut self, timeout: Duration) {
+        self.reply_timeout = timeout;
+    }
+
     /// Set how long [`Client::wait`] spins before sleeping on the doorbell (0: sleep at once).
     pub fn set_spin(&mut self, spin: Duration) {
         self.spin = spin;
     }
 
-    /// The completion doorbell's descriptor, readable when the daemon rang it (to integrate
-    /// with an application's own event loop; the daemon rings it only while
-    /// [`Client::wait`] announced sleep, so an external loop should poll with a timeout).
-    pub fn doorbell_fd(&self) -> std::os::fd::RawFd {
-        self.cq_bell.as_raw_fd()
+    /// The readiness descriptor, for an application's own event loop (epoll, poll, kqueue
+    /// emulation, tokio's `AsyncFd`); the same as [`AsRawFd::as_raw_fd`].
+    ///
+    /// It becomes readable (`POLLIN`) when events are ready or the daemon went away; it is
+    /// itself an epoll descriptor over the completion doorbell and the socket, owned by the
+    /// client (do not close it; it closes with the client).
+    ///
+    /// Contract (liburing's eventfd model): after the first call, every [`Client::poll`] /
+    /// [`Client::poll_with`] that returns leaves either the doorbell armed (the daemon rings it
+    /// with its next completion) or the descriptor readable (events are still waiting). So an
+    /// event loop waits for readability, then polls until a poll delivers nothing, and never
+    /// misses an event. It is level-triggered; with edge-triggered epoll, poll until empty.
+    /// The daemon's hang-up also makes it readable: the next poll reports
+    /// [`Error::DaemonGone`] once every event is delivered.
+    pub fn ready_fd(&self) -> RawFd {
+        if !self.external_wait.replace(true) {
+            // First use: arm now, so events on their way ring the doorbell, and make the
+            // descriptor readable once so the loop's first poll collects what already arrived.
+            self.end.client_waiting.prepare_sleep();
+            self.wake_ready_fd();
+        }
+        self.ready_fd.0.as_raw_fd()
+    }
+
+    /// Arm the completion doorbell, or make the readiness descriptor readable when events
+    /// are already waiting.
+    fn arm_external(&mut self) {
+        // Need-wakeup handshake as in `block`: announce, then re-check the ring.
+        self.end.client_waiting.prepare_sleep();
+        if !self.pending.is_empty() || self.has_completions().unwrap_or(true) {
+            self.wake_ready_fd();
+        }
+    }
+
+    /// Make the readiness descriptor readable (a write to our own doorbell).
+    pub(crate) fn wake_ready_fd(&self) {
+        // A failed write leaves the counter as it was (EAGAIN: already readable).
+        let _ = self.cq_bell.signal();
+    }
+
+    /// Whether the readiness descriptor was taken ([`Client::ready_fd`]).
+    pub(crate) fn external_wait(&self) -> bool {
+        self.external_wait.get()
+    }
+
+    /// The readiness descriptor without switching to external-wait mode (for a wait that
+    /// arms the doorbell itself through [`Client::prepare_wait`]).
+    pub(crate) fn wait_fd(&self) -> BorrowedFd<'_> {
+        self.ready_fd.0.as_fd()
+    }
+
+    /// For a caller that sleeps *outside* the client, e.g. with the client behind a mutex so
+    /// other threads keep submitting while one thread waits:
+    ///
+    /// ```no_run
+    /// # use std::sync::Mutex;
+    /// # use std::os::fd::AsRawFd;
+    /// # let client = Mutex::new(nerva_client::Client::connect(None)?);
+    /// let fd = client.lock().unwrap().as_raw_fd();
+    /// loop {
+    ///     if client.lock().unwrap().prepare_wait()? {
+    ///         break; // events are ready: poll them
+    ///     }
+    ///     // Sleep without the lock: submitters are never blocked behind this thread.
+    ///     let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    ///     // SAFETY: one valid pollfd.
+    ///     unsafe { libc::poll(&mut pfd, 1, 1000) };
+    /// }
+    /// # Ok::<(), nerva_client::Error>(())
+    /// ```
+    ///
+    /// Returns `Ok(true)` when events are ready (poll them), or arms the completion doorbell
+    /// and returns `Ok(false)`: then sleep until [`Client::ready_fd`] is readable and call
+    /// again. Fails with [`Error::DaemonGone`] once the daemon hung up and every event it sent
+    /// was delivered.
+    pub fn prepare_wait(&mut self) -> Result<bool> {
+        if !self.pending.is_empty() {
+            return Ok(true);
+        }
+        self.check_usable()?;
+        // A stale doorbell count would keep the descriptor readable and spin the sleeper.
+        let _ = self.cq_bell.drain();
+        if !self.has_completions()? {
+            // Need-wakeup handshake as in `block`: announce, then re-check.
+            self.end.client_waiting.prepare_sleep();
+            if !self.has_completions()? {
+                self.check_alive(PollTimeout::ZERO)?;
+                return Ok(false);
+            }
+        }
+        if !self.external_wait.get() {
+            self.end.client_waiting.finish_sleep();
+        }
+        Ok(true)
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -300,6 +513,8 @@ impl Client {
             InFlight {
                 samples_left: params.n_samples,
                 next_seq: 0,
+                user_data: params.user_data,
+                logprobs: params.logprobs,
             },
         );
         Ok(Tag(tag))
@@ -378,14 +593,107 @@ impl Client {
         self.admin(AdminQuery::Shutdown)
     }
 
+    /// What the daemon serves and the limits it enforces (model name, architecture, dtype,
+    /// vocabulary size, context length, batch / sample / stop-list limits) and this client's
+    /// own ring and region sizes. One round trip (blocks up to 5 s; other events are kept).
+    pub fn model_info(&mut self) -> Result<ModelInfo> {
+        let json = self.admin(AdminQuery::ModelInfo)?;
+        ModelInfo::from_json(&json)
+    }
+
+    /// Token ids of `text` through the daemon's tokenizer. `add_special_tokens` adds what a
+    /// text prompt gets (e.g. a leading BOS), so the count is what a generation would process.
+    /// One round trip (blocks up to 5 s; other events are kept for the next poll).
+    pub fn tokenize(&mut self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let options = if add_special_tokens {
+            AdminOptions::ADD_SPECIAL_TOKENS
+        } else {
+            AdminOptions::NONE
+        };
+        let reply = self.admin_bytes(AdminQuery::Tokenize, Some((text.as_bytes(), options)))?;
+        if !reply.len().is_multiple_of(4) {
+            return Err(Error::Protocol("tokenize reply is not whole ids".into()));
+        }
+        Ok(reply
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// Text of `ids` through the daemon's tokenizer; `skip_special_tokens` leaves special
+    /// tokens out. An id outside the vocabulary is refused ([`Error::Refused`] with
+    /// `TokenOutOfVocab`). One round trip.
+    pub fn detokenize(&mut self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        if ids.is_empty() {
+            return Ok(String::new());
+        }
+        let options = if skip_special_tokens {
+            AdminOptions::SKIP_SPECIAL_TOKENS
+        } else {
+            AdminOptions::NONE
+        };
+        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
+        let reply = self.admin_bytes(AdminQuery::Detokenize, Some((&bytes, options)))?;
+        String::from_utf8(reply)
+            .map_err(|_| Error::Protocol("detokenize reply is not UTF-8".into()))
+    }
+
     fn admin(&mut self, query: AdminQuery) -> Result<String> {
+        let bytes = self.admin_bytes(query, None)?;
+        String::from_utf8(bytes).map_err(|_| Error::Protocol("admin reply is not UTF-8".into()))
+    }
+
+    /// One blocking admin round trip; `input` goes through the input region like a prompt.
+    fn admin_bytes(
+        &mut self,
+        query: AdminQuery,
+        input: Option<(&[u8], AdminOptions)>,
+    ) -> Result<Vec<u8>> {
         self.check_usable()?;
         let tag = INTERNAL_TAG | self.next_internal;
-        self.next_internal += 1;
         // Blocking call on `&mut self`: no other admin reply can be in flight, so the whole
         // output region is this reply's buffer.
         let cap = u32::try_from(self.end.output.len()).unwrap_or(u32::MAX);
-        self.push(Descriptor::admin(tag, query, ByteRange::new(0, cap)))?;
+        let reply_range = ByteRange::new(0, cap);
+        let mut reserved = None;
+        let descriptor = match input {
+            None => Descriptor::admin(tag, query, reply_range),
+            Some((bytes, options)) => {
+                let capacity = self.arena.size();
+                let too_large = || Error::TooLarge {
+                    needed: bytes.len() as u64,
+                    capacity,
+                };
+                self.reclaim_input()?;
+                let (offset, end) = match self.arena.reserve(bytes.len() as u64) {
+                    Ok(r) => r,
+                    Err(ArenaError::TooLarge) => return Err(too_large()),
+                    Err(ArenaError::Full) => return Err(Error::QueueFull),
+                };
+                let offset = u32::try_from(offset).map_err(|_| too_large())?;
+                let len = u32::try_from(bytes.len()).map_err(|_| too_large())?;
+                self.end
+                    .input
+                    .write(offset, bytes)
+                    .map_err(|e| Error::Protocol(format!("input region: {e:?}")))?;
+                reserved = Some(end);
+                Descriptor::admin_with_input(
+                    tag,
+                    query,
+                    reply_range,
+                    ByteRange::new(offset, len),
+                    options,
+                )
+            }
+        };
+        self.next_internal += 1;
+        self.push(descriptor)?;
+        if let Some(end) = reserved {
+            self.arena.commit(self.submitted.wrapping_sub(1), end);
+        }
         let WireEvent::AdminReply(reply) = self.await_reply(tag, EventKind::AdminReply)? else {
             return Err(Error::Protocol("admin reply expected".into()));
         };
@@ -399,23 +707,23 @@ impl Client {
                 None => Error::Protocol(format!("admin status {}", reply.status)),
             });
         }
-        let bytes = self
-            .end
+        self.end
             .output
             .read_range(ByteRange::new(reply.offset, reply.len))
-            .map_err(|e| Error::Protocol(format!("admin reply range: {e:?}")))?;
-        String::from_utf8(bytes).map_err(|_| Error::Protocol("admin reply is not UTF-8".into()))
+            .map_err(|e| Error::Protocol(format!("admin reply range: {e:?}")))
     }
 
-    /// Wait for the completion `tag`/`kind`, stashing every other event in `pending`.
+    /// Wait for the completion `tag`/`kind` (or an ERROR for `tag`, returned as
+    /// [`Error::Refused`]), stashing every other event in `pending`.
     fn await_reply(&mut self, tag: u64, kind: EventKind) -> Result<WireEvent> {
-        let deadline = Instant::now() + REPLY_TIMEOUT;
+        let deadline = Instant::now() + self.reply_timeout;
         loop {
             let mut found = None;
             let mut stash = Vec::new();
             self.drain(
                 |c| {
-                    if c.tag() == tag && c.kind() == Some(kind) && found.is_none() {
+                    let ours = c.kind() == Some(kind) || c.kind() == Some(EventKind::Error);
+                    if c.tag() == tag && ours && found.is_none() {
                         found = Some(*c);
                         false
                     } else {
@@ -426,7 +734,18 @@ impl Client {
             )?;
             self.pending.extend(stash);
             if let Some(c) = found {
-                return c.event().map_err(|e| Error::Protocol(e.to_string()));
+                return match c.event().map_err(|e| Error::Protocol(e.to_string()))? {
+                    WireEvent::Error { status, detail } => {
+                        Err(match StatusCode::from_u16(status) {
+                            Some(status) => Error::Refused {
+                                status,
+                                detail: detail.as_str().to_owned(),
+                            },
+                            None => Error::Protocol(format!("unknown status {status}")),
+                        })
+                    }
+                    event => Ok(event),
+                };
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -439,6 +758,12 @@ impl Client {
     /// Deliver available events to `f` without blocking; returns how many were delivered.
     /// Borrowed data in an event is valid during the call to `f` only.
     pub fn poll_with(&mut self, mut f: impl FnMut(EventRef<'_>)) -> Result<usize> {
+        let external = self.external_wait.get();
+        if external {
+            // Reset the readiness descriptor before looking at the ring: a completion pushed
+            // after this read rings it again (the flag is re-armed below).
+            let _ = self.cq_bell.drain();
+        }
         let mut n = 0;
         while let Some(e) = self.pending.pop_front() {
             f(e.to_ref());
@@ -449,9 +774,15 @@ impl Client {
         }
         let got = self.drain(|_| true, &mut |e| {
             f(e);
-        })?;
-        n += got;
-        if n == 0 && self.last_liveness.elapsed() >= LIVENESS_INTERVAL {
+        });
+        if external {
+            // Whatever happened, leave the doorbell armed or the descriptor readable.
+            self.arm_external();
+        }
+        n += got?;
+        // An event loop woke us: the hang-up may be what made the descriptor readable, so
+        // check at once instead of every LIVENESS_INTERVAL.
+        if n == 0 && (external || self.last_liveness.elapsed() >= LIVENESS_INTERVAL) {
             self.last_liveness = Instant::now();
             self.check_alive(PollTimeout::ZERO)?;
         }
@@ -519,6 +850,9 @@ impl Client {
             let woke = self.sleep_on_doorbell(timeout);
             self.end.client_waiting.finish_sleep();
             let _ = self.cq_bell.drain();
+            if self.external_wait.get() {
+                self.arm_external();
+            }
             woke?;
         }
     }
@@ -611,6 +945,8 @@ impl Client {
             )));
         }
         state.next_seq = state.next_seq.wrapping_add(1);
+        let user_data = state.user_data;
+        let wants_logprobs = state.logprobs;
         // Text is reassembled from raw bytes so a split code point is joined, not refused.
         if let Some(bytes) = c.text_bytes() {
             if bytes.is_empty() {
@@ -622,16 +958,28 @@ impl Client {
             if text.is_empty() {
                 return Ok(0);
             }
-            f(EventRef::Text { tag, sample, text });
+            f(EventRef::Text {
+                tag,
+                user_data,
+                sample,
+                text,
+            });
             return Ok(1);
         }
         let event = c.event().map_err(|e| Error::Protocol(e.to_string()))?;
         match event {
             WireEvent::Tokens(chunk) => f(EventRef::Tokens {
                 tag,
+                user_data,
                 sample,
                 ids: chunk.ids(),
-                logprobs: chunk.logprobs(),
+                // The daemon fills the slots with NaN when not asked; the header promises
+                // none at all then.
+                logprobs: if wants_logprobs {
+                    chunk.logprobs()
+                } else {
+                    &[]
+                },
             }),
             WireEvent::TopLogprobs(top) => {
                 let mut ids = [0u32; nerva_rings::INLINE_TOP_LOGPROBS];
@@ -643,6 +991,7 @@ impl Client {
                 }
                 f(EventRef::TopLogprobs {
                     tag,
+                    user_data,
                     sample,
                     position: top.position,
                     ids: &ids[..pairs.len()],
@@ -655,6 +1004,7 @@ impl Client {
                 if !tail.is_empty() {
                     f(EventRef::Text {
                         tag,
+                        user_data,
                         sample,
                         text: tail,
                     });
@@ -683,6 +1033,7 @@ impl Client {
                 }
                 f(EventRef::Done {
                     tag,
+                    user_data,
                     sample,
                     reason,
                     timings,
@@ -693,6 +1044,7 @@ impl Client {
                 self.in_flight.remove(&raw_tag);
                 f(EventRef::Error {
                     tag,
+                    user_data,
                     status,
                     detail: detail.as_str(),
                 });
@@ -707,6 +1059,21 @@ impl Client {
             }
         }
         Ok(1)
+    }
+}
+
+impl AsRawFd for Client {
+    /// The readiness descriptor ([`Client::ready_fd`]).
+    fn as_raw_fd(&self) -> RawFd {
+        self.ready_fd()
+    }
+}
+
+impl AsFd for Client {
+    /// The readiness descriptor ([`Client::ready_fd`]), borrowed for the client's lifetime.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.ready_fd();
+        self.ready_fd.0.as_fd()
     }
 }
 

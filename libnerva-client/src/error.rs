@@ -153,6 +153,13 @@ pub enum Error {
     ShuttingDown,
     /// The daemon refused a request.
     Rejected(StatusCode),
+    /// The daemon refused a query, saying why (e.g. a token id outside the vocabulary).
+    Refused {
+        /// The wire status.
+        status: StatusCode,
+        /// The daemon's detail.
+        detail: String,
+    },
     /// The daemon broke the protocol.
     Protocol(String),
     /// An operating-system call failed.
@@ -182,7 +189,7 @@ impl Error {
             Error::QueueFull => ErrorCode::QueueFull,
             Error::Timeout => ErrorCode::Timeout,
             Error::ShuttingDown => ErrorCode::ShuttingDown,
-            Error::Rejected(_) => ErrorCode::Rejected,
+            Error::Rejected(_) | Error::Refused { .. } => ErrorCode::Rejected,
             Error::Protocol(_) => ErrorCode::Protocol,
             Error::Io(_) => ErrorCode::Io,
             Error::TooLarge { .. } => ErrorCode::TooLarge,
@@ -209,6 +216,9 @@ impl fmt::Display for Error {
             Error::Timeout => f.write_str("timed out"),
             Error::ShuttingDown => f.write_str("the daemon is shutting down"),
             Error::Rejected(code) => write!(f, "rejected by the daemon: {code}"),
+            Error::Refused { status, detail } => {
+                write!(f, "rejected by the daemon: {status}: {detail}")
+            }
             Error::Protocol(m) => write!(f, "protocol error: {m}"),
             Error::Io(e) => write!(f, "i/o error: {e}"),
             Error::TooLarge { needed, capacity } => {

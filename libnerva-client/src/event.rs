@@ -75,6 +75,8 @@ pub enum EventRef<'a> {
     Tokens {
         /// Request.
         tag: Tag,
+        /// The caller's `user_data` of the request ([`crate::GenerateParams::user_data`]).
+        user_data: u64,
         /// Sample index.
         sample: u16,
         /// Ids in order.
@@ -86,6 +88,8 @@ pub enum EventRef<'a> {
     TopLogprobs {
         /// Request.
         tag: Tag,
+        /// The caller's `user_data` of the request ([`crate::GenerateParams::user_data`]).
+        user_data: u64,
         /// Sample index.
         sample: u16,
         /// Index of the generated token these alternatives are for.
@@ -99,6 +103,8 @@ pub enum EventRef<'a> {
     Text {
         /// Request.
         tag: Tag,
+        /// The caller's `user_data` of the request ([`crate::GenerateParams::user_data`]).
+        user_data: u64,
         /// Sample index.
         sample: u16,
         /// The piece.
@@ -108,6 +114,8 @@ pub enum EventRef<'a> {
     Done {
         /// Request.
         tag: Tag,
+        /// The caller's `user_data` of the request ([`crate::GenerateParams::user_data`]).
+        user_data: u64,
         /// Sample index.
         sample: u16,
         /// Why.
@@ -119,6 +127,8 @@ pub enum EventRef<'a> {
     Error {
         /// Request.
         tag: Tag,
+        /// The caller's `user_data` of the request ([`crate::GenerateParams::user_data`]).
+        user_data: u64,
         /// Why, as the daemon's status code (raw value kept if unknown to this version);
         /// [`status_code`] decodes it.
         status: u16,
@@ -143,55 +153,81 @@ impl EventRef<'_> {
         }
     }
 
+    /// The caller's `user_data` of the request (none for `Shutdown`).
+    pub fn user_data(&self) -> Option<u64> {
+        match *self {
+            EventRef::Tokens { user_data, .. }
+            | EventRef::TopLogprobs { user_data, .. }
+            | EventRef::Text { user_data, .. }
+            | EventRef::Done { user_data, .. }
+            | EventRef::Error { user_data, .. } => Some(user_data),
+            EventRef::Shutdown => None,
+        }
+    }
+
     /// An owned copy.
     pub fn to_owned(&self) -> Event {
         match *self {
             EventRef::Tokens {
                 tag,
+                user_data,
                 sample,
                 ids,
                 logprobs,
             } => Event::Tokens {
                 tag,
+                user_data,
                 sample,
                 ids: ids.to_vec(),
                 logprobs: logprobs.to_vec(),
             },
             EventRef::TopLogprobs {
                 tag,
+                user_data,
                 sample,
                 position,
                 ids,
                 logprobs,
             } => Event::TopLogprobs {
                 tag,
+                user_data,
                 sample,
                 position,
                 ids: ids.to_vec(),
                 logprobs: logprobs.to_vec(),
             },
-            EventRef::Text { tag, sample, text } => Event::Text {
+            EventRef::Text {
                 tag,
+                user_data,
+                sample,
+                text,
+            } => Event::Text {
+                tag,
+                user_data,
                 sample,
                 text: text.to_string(),
             },
             EventRef::Done {
                 tag,
+                user_data,
                 sample,
                 reason,
                 timings,
             } => Event::Done {
                 tag,
+                user_data,
                 sample,
                 reason,
                 timings,
             },
             EventRef::Error {
                 tag,
+                user_data,
                 status,
                 detail,
             } => Event::Error {
                 tag,
+                user_data,
                 status,
                 detail: detail.to_string(),
             },
@@ -207,6 +243,7 @@ pub enum Event {
     /// See [`EventRef::Tokens`].
     Tokens {
         tag: Tag,
+        user_data: u64,
         sample: u16,
         ids: Vec<u32>,
         logprobs: Vec<f32>,
@@ -214,16 +251,23 @@ pub enum Event {
     /// See [`EventRef::TopLogprobs`].
     TopLogprobs {
         tag: Tag,
+        user_data: u64,
         sample: u16,
         position: u32,
         ids: Vec<u32>,
         logprobs: Vec<f32>,
     },
     /// See [`EventRef::Text`].
-    Text { tag: Tag, sample: u16, text: String },
+    Text {
+        tag: Tag,
+        user_data: u64,
+        sample: u16,
+        text: String,
+    },
     /// See [`EventRef::Done`].
     Done {
         tag: Tag,
+        user_data: u64,
         sample: u16,
         reason: FinishReason,
         timings: Timings,
@@ -231,6 +275,7 @@ pub enum Event {
     /// See [`EventRef::Error`].
     Error {
         tag: Tag,
+        user_data: u64,
         status: u16,
         detail: String,
     },
@@ -251,55 +296,74 @@ impl Event {
         }
     }
 
+    /// The caller's `user_data` of the request (none for `Shutdown`).
+    pub fn user_data(&self) -> Option<u64> {
+        self.to_ref().user_data()
+    }
+
     /// Borrow this owned event as an [`EventRef`].
     pub fn to_ref(&self) -> EventRef<'_> {
         match self {
             Event::Tokens {
                 tag,
+                user_data,
                 sample,
                 ids,
                 logprobs,
             } => EventRef::Tokens {
                 tag: *tag,
+                user_data: *user_data,
                 sample: *sample,
                 ids,
                 logprobs,
             },
             Event::TopLogprobs {
                 tag,
+                user_data,
                 sample,
                 position,
                 ids,
                 logprobs,
             } => EventRef::TopLogprobs {
                 tag: *tag,
+                user_data: *user_data,
                 sample: *sample,
                 position: *position,
                 ids,
                 logprobs,
             },
-            Event::Text { tag, sample, text } => EventRef::Text {
+            Event::Text {
+                tag,
+                user_data,
+                sample,
+                text,
+            } => EventRef::Text {
                 tag: *tag,
+                user_data: *user_data,
                 sample: *sample,
                 text,
             },
             Event::Done {
                 tag,
+                user_data,
                 sample,
                 reason,
                 timings,
             } => EventRef::Done {
                 tag: *tag,
+                user_data: *user_data,
                 sample: *sample,
                 reason: *reason,
                 timings: *timings,
             },
             Event::Error {
                 tag,
+                user_data,
                 status,
                 detail,
             } => EventRef::Error {
                 tag: *tag,
+                user_data: *user_data,
                 status: *status,
                 detail,
             },

@@ -69,7 +69,7 @@ mod input_arena;
 mod params;
 mod text_assembly;
 
-pub use client::{Client, ConnectOptions, abi_version};
+pub use client::{Client, ConnectOptions, ModelInfo, abi_version};
 pub use connection::{RingSizes, default_socket_path};
 pub use error::{Error, ErrorCode, Result};
 pub use event::{Event, EventRef, FinishReason, Tag, Timings, status_code};

@@ -18,7 +18,9 @@ pub enum Prompt<'a> {
 /// plain sampling at temperature 1 with every filter off, 256 tokens, one sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateParams {
-    /// Most tokens to generate per sample (≥ 1).
+    /// Most tokens to generate per sample (≥ 1). Not refused when prompt + `max_tokens`
+    /// exceeds the context: generation then stops at the context with
+    /// [`crate::FinishReason::ContextLength`]; only a prompt that leaves no room is refused.
     pub max_tokens: u32,
     /// Softmax temperature, finite and ≥ 0; 0 is greedy.
     pub temperature: f32,
@@ -52,8 +54,11 @@ pub struct GenerateParams {
     pub stream_tokens: bool,
     /// Deliver text events.
     pub stream_text: bool,
-    /// Fill the log-probability of each sampled token in token events (NaN otherwise).
+    /// Fill the log-probability of each sampled token in token events (none otherwise).
     pub logprobs: bool,
+    /// Caller-chosen value echoed on every event of this request (io_uring's `user_data`):
+    /// e.g. a pointer or index of the caller's own per-request state. Not sent to the daemon.
+    pub user_data: u64,
 }
 
 impl Default for GenerateParams {
@@ -77,6 +82,7 @@ impl Default for GenerateParams {
             stream_tokens: true,
             stream_text: true,
             logprobs: false,
+            user_data: 0,
         }
     }
 }

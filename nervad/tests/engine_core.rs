@@ -227,6 +227,64 @@ fn cancel_pause_drop_and_finish_all() {
 }
 
 #[test]
+fn a_paused_client_parks_its_samples_so_others_run_and_resumes_losslessly() {
+    let slots = scripted_limits().max_seqs;
+    let mut e = scripted(&[u32::from(b'a'); 64]);
+    let mut rec = Recorder::default();
+    // Client 1 fills every slot with decoding samples, and queues as many again.
+    let stalled: Vec<_> = (0..2 * slots as u64).map(|t| key(1, t + 1)).collect();
+    for &k in &stalled {
+        e.submit(request(k, Prompt::Tokens(vec![1, 2, 3]), 12))
+            .unwrap();
+    }
+    for _ in 0..3 {
+        e.step(&mut rec);
+    }
+    let before: Vec<usize> = stalled.iter().map(|&k| rec.tokens(k, 0).len()).collect();
+    assert!(before[0] > 0, "client 1 is decoding");
+    e.set_paused(stalled[0].client, true);
+    // Another client's request runs to completion while client 1 stays paused.
+    let other = key(2, 1);
+    e.submit(request(other, Prompt::Tokens(vec![4, 5]), 6))
+        .unwrap();
+    for _ in 0..20 {
+        e.step(&mut rec);
+    }
+    assert_eq!(rec.done(other, 0), vec![FinishReason::Length]);
+    assert_eq!(rec.tokens(other, 0).len(), 6);
+    let paused: Vec<usize> = stalled.iter().map(|&k| rec.tokens(k, 0).len()).collect();
+    assert_eq!(paused, before, "a paused client makes no progress");
+    // Drained: every sample resumes where it stopped and gets every token, exactly once.
+    e.set_paused(stalled[0].client, false);
+    run(&mut e, &mut rec);
+    for &k in &stalled {
+        assert_eq!(rec.tokens(k, 0).len(), 12, "{k:?}");
+        assert_eq!(rec.done(k, 0), vec![FinishReason::Length], "{k:?}");
+    }
+    assert_eq!(e.in_flight(), 0);
+    assert_eq!(e.free_pages(), scripted_limits().num_pages);
+
+    // Cancel and shutdown reach parked samples too, and release their pages.
+    let (x, y) = (key(3, 1), key(3, 2));
+    for k in [x, y] {
+        e.submit(request(k, Prompt::Tokens(vec![1, 2]), 30))
+            .unwrap();
+    }
+    for _ in 0..3 {
+        e.step(&mut rec);
+    }
+    e.set_paused(x.client, true);
+    e.step(&mut rec);
+    e.cancel(x);
+    e.step(&mut rec);
+    assert_eq!(rec.done(x, 0), vec![FinishReason::Cancelled]);
+    e.finish_all(FinishReason::Shutdown, &mut rec);
+    assert_eq!(rec.done(y, 0), vec![FinishReason::Shutdown]);
+    assert_eq!(e.in_flight(), 0);
+    assert_eq!(e.free_pages(), scripted_limits().num_pages);
+}
+
+#[test]
 fn cancel_while_queued_and_queue_when_out_of_pages() {
     // 32 pages of 4 tokens; each request needs 64/4 = 16 pages (prompt 4 + 60 tokens).
     let mut e = scripted(&[u32::from(b'a'); 100]);

@@ -19,9 +19,9 @@
 //! | 36..40 | `top_p: f32` | (0, 1], 1 = off | 0 | 0 | 0 |
 //! | 40..44 | `min_p: f32` | [0, 1], 0 = off | 0 | 0 | 0 |
 //! | 44..48 | `repetition_penalty: f32` | finite, > 0, 1 = off | 0 | 0 | 0 |
-//! | 48..56 | `word: u64` | sampling seed | 0 | 0 | payload echoed by `NOP_REPLY` |
-//! | 56..60 | `ext_offset: u32` | [`crate::extension`] block offset in the input region | 0 | 0 | 0 |
-//! | 60..64 | `ext_len: u32` | block bytes, 0 = none (then `ext_offset` must be 0) | 0 | 0 | 0 |
+//! | 48..56 | `word: u64` | sampling seed | 0 | [`AdminOptions`] (`TOKENIZE`/`DETOKENIZE`), else 0 | payload echoed by `NOP_REPLY` |
+//! | 56..60 | `ext_offset: u32` | [`crate::extension`] block offset in the input region | 0 | input offset (`TOKENIZE`/`DETOKENIZE`), else 0 | 0 |
+//! | 60..64 | `ext_len: u32` | block bytes, 0 = none (then `ext_offset` must be 0) | 0 | input bytes ≥ 1 (`TOKENIZE`/`DETOKENIZE`), else 0 | 0 |
 //!
 //! Every byte is used; growth goes through the versioned extension block (new options), the
 //! reserved flag bits (new behaviours) and `version` (a new layout). Fields an opcode does not
@@ -181,6 +181,63 @@ pub enum AdminQuery {
     Stats = 2,
     /// Ask the daemon to drain and exit (subject to its access policy).
     Shutdown = 3,
+    /// The served model and the daemon's limits (name, architecture, dtype, vocabulary,
+    /// context, batch, sample and stop-list limits) as JSON.
+    ModelInfo = 4,
+    /// Tokenize the UTF-8 text at the descriptor's input range with the model's tokenizer; the
+    /// reply is the ids as `u32` little-endian. [`AdminOptions::ADD_SPECIAL_TOKENS`] adds the
+    /// special tokens a text prompt gets.
+    Tokenize = 5,
+    /// Detokenize the `u32` little-endian ids at the descriptor's input range; the reply is
+    /// UTF-8 text. [`AdminOptions::SKIP_SPECIAL_TOKENS`] leaves special tokens out.
+    Detokenize = 6,
+}
+
+impl AdminQuery {
+    /// Whether this query reads an input range (`ext_offset`/`ext_len`) and options (`word`).
+    pub const fn takes_input(self) -> bool {
+        matches!(self, Self::Tokenize | Self::Detokenize)
+    }
+}
+
+/// Options of a `TOKENIZE` / `DETOKENIZE` admin query (descriptor bytes 48..56). Bits not
+/// defined here must be zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AdminOptions(u64);
+
+impl AdminOptions {
+    /// `TOKENIZE`: add special tokens (e.g. BOS) as a text prompt gets them.
+    pub const ADD_SPECIAL_TOKENS: Self = Self(1 << 0);
+    /// `DETOKENIZE`: leave special tokens out of the text.
+    pub const SKIP_SPECIAL_TOKENS: Self = Self(1 << 1);
+    /// Every defined bit.
+    pub const ALL: Self = Self(0b11);
+    /// No option.
+    pub const NONE: Self = Self(0);
+
+    /// Raw bits.
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// From raw bits; `None` if undefined bits are set.
+    pub const fn from_bits(bits: u64) -> Option<Self> {
+        if bits & !Self::ALL.0 != 0 {
+            None
+        } else {
+            Some(Self(bits))
+        }
+    }
+
+    /// Whether every bit of `other` is set.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Both sets of bits.
+    pub const fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
 }
 
 impl AdminQuery {
@@ -191,6 +248,9 @@ impl AdminQuery {
             1 => Self::Clients,
             2 => Self::Stats,
             3 => Self::Shutdown,
+            4 => Self::ModelInfo,
+            5 => Self::Tokenize,
+            6 => Self::Detokenize,
             _ => return None,
         })
     }
@@ -456,8 +516,13 @@ pub enum Request {
         tag: u64,
         /// What to report or do.
         query: AdminQuery,
-        /// Where the UTF-8 JSON reply may go in the output region (`len` is the capacity).
+        /// Where the reply may go in the output region (`len` is the capacity).
         reply: ByteRange,
+        /// `TOKENIZE` / `DETOKENIZE`: the bytes to convert, in the input region (never empty);
+        /// `None` for the other queries.
+        input: Option<ByteRange>,
+        /// `TOKENIZE` / `DETOKENIZE` options; `NONE` for the other queries.
+        options: AdminOptions,
     },
 }
 
@@ -484,8 +549,15 @@ impl Request {
                 }
                 Ok(())
             }
-            Request::Admin { reply, .. } => check_range(reply.offset, reply.len, output_len)
-                .map_err(DescriptorError::ReplyOutOfRange),
+            Request::Admin { reply, input, .. } => {
+                check_range(reply.offset, reply.len, output_len)
+                    .map_err(DescriptorError::ReplyOutOfRange)?;
+                if let Some(input) = input {
+                    check_range(input.offset, input.len, input_len)
+                        .map_err(DescriptorError::AdminInputOutOfRange)?;
+                }
+                Ok(())
+            }
             Request::Nop { .. } | Request::Cancel { .. } => Ok(()),
         }
     }
@@ -535,6 +607,12 @@ pub enum DescriptorError {
     BadAdminQuery(u8),
     /// Admin reply buffer outside the output region.
     ReplyOutOfRange(RangeError),
+    /// `TOKENIZE` / `DETOKENIZE` without input bytes.
+    EmptyAdminInput,
+    /// `TOKENIZE` / `DETOKENIZE` input outside the input region.
+    AdminInputOutOfRange(RangeError),
+    /// Undefined [`AdminOptions`] bits.
+    BadAdminOptions(u64),
 }
 
 impl DescriptorError {
@@ -559,6 +637,9 @@ impl DescriptorError {
             Self::ExtensionOutOfRange(_) => StatusCode::ExtensionOutOfRange,
             Self::BadAdminQuery(_) => StatusCode::BadAdminQuery,
             Self::ReplyOutOfRange(_) => StatusCode::ReplyOutOfRange,
+            Self::EmptyAdminInput => StatusCode::EmptyPrompt,
+            Self::AdminInputOutOfRange(_) => StatusCode::PromptOutOfRange,
+            Self::BadAdminOptions(_) => StatusCode::ReservedFlags,
         }
     }
 }
@@ -592,6 +673,9 @@ impl core::fmt::Display for DescriptorError {
             Self::ExtensionOutOfRange(e) => write!(f, "extension block: {e}"),
             Self::BadAdminQuery(k) => write!(f, "unknown admin query {k}"),
             Self::ReplyOutOfRange(e) => write!(f, "admin reply buffer: {e}"),
+            Self::EmptyAdminInput => write!(f, "tokenize/detokenize input is empty"),
+            Self::AdminInputOutOfRange(e) => write!(f, "tokenize/detokenize input: {e}"),
+            Self::BadAdminOptions(bits) => write!(f, "undefined admin option bits {bits:#x}"),
         }
     }
 }
@@ -621,13 +705,30 @@ impl Descriptor {
         Self::blank(Opcode::Cancel, target)
     }
 
-    /// An `ADMIN` query whose JSON reply may use `reply` in the output region.
+    /// An `ADMIN` query whose reply may use `reply` in the output region. For the queries
+    /// that take input ([`AdminQuery::takes_input`]) use [`Descriptor::admin_with_input`].
     pub fn admin(tag: u64, query: AdminQuery, reply: ByteRange) -> Self {
         Self {
             kind: query as u8,
             region_offset: reply.offset,
             region_len: reply.len,
             ..Self::blank(Opcode::Admin, tag)
+        }
+    }
+
+    /// A `TOKENIZE` / `DETOKENIZE` admin query over `input` (in the input region).
+    pub fn admin_with_input(
+        tag: u64,
+        query: AdminQuery,
+        reply: ByteRange,
+        input: ByteRange,
+        options: AdminOptions,
+    ) -> Self {
+        Self {
+            word: options.bits(),
+            ext_offset: input.offset,
+            ext_len: input.len,
+            ..Self::admin(tag, query, reply)
         }
     }
 
@@ -663,7 +764,16 @@ impl Descriptor {
             Request::Nop { tag, payload } => Self::nop(tag, payload),
             Request::Generate(ref g) => Self::generate(g)?,
             Request::Cancel { target } => Self::cancel(target),
-            Request::Admin { tag, query, reply } => Self::admin(tag, query, reply),
+            Request::Admin {
+                tag,
+                query,
+                reply,
+                input,
+                options,
+            } => match input {
+                Some(input) => Self::admin_with_input(tag, query, reply, input, options),
+                None => Self::admin(tag, query, reply),
+            },
         })
     }
 
@@ -776,6 +886,11 @@ impl Descriptor {
         let used: &[usize] = match opcode {
             Opcode::Nop => &[48],
             Opcode::Cancel => &[],
+            Opcode::Admin
+                if AdminQuery::from_u8(self.kind).is_some_and(AdminQuery::takes_input) =>
+            {
+                &[4, 16, 20, 48, 56, 60]
+            }
             Opcode::Admin => &[4, 16, 20],
             Opcode::Generate => return None,
         };
@@ -808,10 +923,22 @@ impl Descriptor {
             Opcode::Admin => {
                 let query = AdminQuery::from_u8(self.kind)
                     .ok_or(DescriptorError::BadAdminQuery(self.kind))?;
+                let (input, options) = if query.takes_input() {
+                    if self.ext_len == 0 {
+                        return Err(DescriptorError::EmptyAdminInput);
+                    }
+                    let options = AdminOptions::from_bits(self.word)
+                        .ok_or(DescriptorError::BadAdminOptions(self.word))?;
+                    (Some(ByteRange::new(self.ext_offset, self.ext_len)), options)
+                } else {
+                    (None, AdminOptions::NONE)
+                };
                 Ok(Request::Admin {
                     tag: self.tag,
                     query,
                     reply: ByteRange::new(self.region_offset, self.region_len),
+                    input,
+                    options,
                 })
             }
             Opcode::Generate => {
@@ -886,6 +1013,22 @@ mod tests {
                 tag: 3,
                 query: AdminQuery::Stats,
                 reply: ByteRange::new(0, 65536),
+                input: None,
+                options: AdminOptions::NONE,
+            },
+            Request::Admin {
+                tag: 4,
+                query: AdminQuery::Tokenize,
+                reply: ByteRange::new(64, 4096),
+                input: Some(ByteRange::new(128, 17)),
+                options: AdminOptions::ADD_SPECIAL_TOKENS,
+            },
+            Request::Admin {
+                tag: 5,
+                query: AdminQuery::Detokenize,
+                reply: ByteRange::new(0, 4096),
+                input: Some(ByteRange::new(0, 8)),
+                options: AdminOptions::SKIP_SPECIAL_TOKENS,
             },
         ];
         for request in requests {
@@ -1058,11 +1201,62 @@ mod tests {
             tag: 0,
             query: AdminQuery::Clients,
             reply: ByteRange::new(8, 8),
+            input: None,
+            options: AdminOptions::NONE,
         };
         assert!(admin.check_regions(0, 16).is_ok());
         assert_eq!(
             admin.check_regions(0, 15).map_err(|e| e.status()),
             Err(StatusCode::ReplyOutOfRange)
         );
+        let tokenize = Request::Admin {
+            tag: 0,
+            query: AdminQuery::Tokenize,
+            reply: ByteRange::new(0, 8),
+            input: Some(ByteRange::new(4, 4)),
+            options: AdminOptions::NONE,
+        };
+        assert!(tokenize.check_regions(8, 8).is_ok());
+        assert_eq!(
+            tokenize.check_regions(7, 8).map_err(|e| e.status()),
+            Err(StatusCode::PromptOutOfRange)
+        );
+    }
+
+    #[test]
+    fn admin_input_fields_are_only_for_tokenize_and_detokenize() {
+        let reply = ByteRange::new(0, 64);
+        let input = ByteRange::new(0, 4);
+        // Input fields on a query that takes none are unused fields, refused as such.
+        let mut d = Descriptor::admin(1, AdminQuery::Status, reply);
+        d.ext_len = 4;
+        assert_eq!(
+            d.validate(),
+            Err(DescriptorError::ReservedNonZero { field_offset: 60 })
+        );
+        let mut d = Descriptor::admin(1, AdminQuery::ModelInfo, reply);
+        d.word = 1;
+        assert_eq!(
+            d.validate(),
+            Err(DescriptorError::ReservedNonZero { field_offset: 48 })
+        );
+        // Tokenize needs input bytes and defined options only.
+        let d = Descriptor::admin(1, AdminQuery::Tokenize, reply);
+        assert_eq!(d.validate(), Err(DescriptorError::EmptyAdminInput));
+        let mut d = Descriptor::admin_with_input(
+            1,
+            AdminQuery::Detokenize,
+            reply,
+            input,
+            AdminOptions::SKIP_SPECIAL_TOKENS,
+        );
+        assert!(d.validate().is_ok());
+        d.word = 1 << 40;
+        assert_eq!(
+            d.validate().map_err(|e| e.status()),
+            Err(StatusCode::ReservedFlags)
+        );
+        assert_eq!(AdminOptions::from_bits(4), None);
+        assert!(AdminOptions::ALL.contains(AdminOptions::ADD_SPECIAL_TOKENS));
     }
 }

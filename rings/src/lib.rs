@@ -50,9 +50,9 @@ pub use completion::{
     TextTooLong, TokenChunk, TopLogprobs, split_text,
 };
 pub use descriptor::{
-    AdminQuery, ByteRange, DEFAULT_MAX_TOKENS, DESCRIPTOR_VERSION, Descriptor, DescriptorError,
-    GenerateFlags, GenerateRequest, MAX_SAMPLES, Opcode, PromptKind, RangeError, Request,
-    SamplingParams, check_range,
+    AdminOptions, AdminQuery, ByteRange, DEFAULT_MAX_TOKENS, DESCRIPTOR_VERSION, Descriptor,
+    DescriptorError, GenerateFlags, GenerateRequest, MAX_SAMPLES, Opcode, PromptKind, RangeError,
+    Request, SamplingParams, check_range,
 };
 pub use doorbell::NeedWakeup;
 #[cfg(not(loom))]

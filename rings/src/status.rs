@@ -24,7 +24,7 @@
 //! | 18 | `ReplyOutOfRange` | admin reply (offset, capacity) outside the output region |
 //! | 32 | `InvalidUtf8` | text prompt or chat JSON is not UTF-8 |
 //! | 33 | `TokenOutOfVocab` | a prompt token id is outside the model's vocabulary |
-//! | 34 | `PromptTooLong` | prompt (plus `max_tokens`) exceeds the context length |
+//! | 34 | `PromptTooLong` | the prompt alone leaves no room in the context (or the KV pool); a `max_tokens` beyond the context is not refused: generation stops at the context with finish reason `context_length` |
 //! | 35 | `BadChatMessages` | chat JSON is not a valid message list, or no chat template |
 //! | 36 | `DuplicateTag` | a request with this tag is already in flight |
 //! | 37 | `UnknownTag` | `CANCEL` named a tag with no request in flight |
@@ -82,7 +82,8 @@ pub enum StatusCode {
     InvalidUtf8 = 32,
     /// A prompt token id is outside the model's vocabulary.
     TokenOutOfVocab = 33,
-    /// Prompt (plus `max_tokens`) exceeds the context length.
+    /// The prompt leaves no room to generate within the context length (a `max_tokens`
+    /// beyond the context is not refused: generation stops at the context).
     PromptTooLong = 34,
     /// Chat JSON is not a valid message list, or the model has no chat template.
     BadChatMessages = 35,
@@ -207,7 +208,9 @@ impl StatusCode {
             Self::ReplyOutOfRange => "admin reply buffer lies outside the output region",
             Self::InvalidUtf8 => "prompt text is not valid UTF-8",
             Self::TokenOutOfVocab => "a prompt token id is outside the vocabulary",
-            Self::PromptTooLong => "prompt plus max_tokens exceeds the context length",
+            Self::PromptTooLong => {
+                "the prompt leaves no room to generate within the context length"
+            }
             Self::BadChatMessages => "chat messages are malformed or the model has no template",
             Self::DuplicateTag => "a request with this tag is already in flight",
             Self::UnknownTag => "no request with this tag is in flight",

@@ -292,6 +292,7 @@ pub fn run_prompts(
                 tag,
                 status,
                 detail,
+                ..
             } => {
                 failure = Some(format!("request {tag:?} failed: status {status} {detail}"));
             }

@@ -6,8 +6,8 @@
 //!    text equals what the Rust API receives for the same greedy request.
 //! 2. Every entry point, called through the C ABI exactly as C calls it: text / token / chat
 //!    prompts, stop lists, several samples, one-event polls (the overflow path), cancel, NOP,
-//!    wait timeout, overlapping calls from two threads, two clients at once, and the daemon's
-//!    death.
+//!    wait timeout, one thread waiting while another submits (user_data echoed), two clients
+//!    at once, and the daemon's death.
 
 mod c_support;
 
@@ -15,7 +15,6 @@ use std::ffi::{CStr, c_char};
 use std::mem::MaybeUninit;
 use std::process::Command;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 // The handle type is imported under another name: `nerva_client` is also the crate's name.
@@ -110,10 +109,10 @@ fn stream_example_in_c_streams_the_same_text_as_the_rust_api() {
 /// A client handle owned by a test; closed on drop.
 struct Handle(*mut NervaClient);
 
-// SAFETY: a nerva_client may move between threads (the header's rule: one thread at a time).
+// SAFETY: a nerva_client may be used from any thread (the header's thread-safety rule).
 unsafe impl Send for Handle {}
-// SAFETY: the library refuses overlapping calls on one client (NERVA_E_CLIENT_IN_USE) instead
-// of racing; the overlap test shares a handle on purpose to check exactly that.
+// SAFETY: calls on one client from several threads serialize inside the library (the
+// header's thread-safety rule); the reaper test shares a handle on purpose to use that.
 unsafe impl Sync for Handle {}
 
 impl Handle {
@@ -202,6 +201,7 @@ fn strerror(rc: i32) -> String {
 #[derive(Debug, Clone)]
 struct OwnedEvent {
     tag: u64,
+    user_data: u64,
     kind: nerva_event_kind,
     sample: u32,
     status: u32,
@@ -227,6 +227,7 @@ impl From<&nerva_event> for OwnedEvent {
         };
         OwnedEvent {
             tag: e.tag,
+            user_data: e.user_data,
             kind: e.kind,
             sample: e.sample,
             status: e.status,
@@ -411,37 +412,45 @@ fn every_entry_point_behaves_as_documented_against_a_live_daemon() {
     let rc = unsafe { nerva_client_cancel(client.0, 0xdead) };
     assert_eq!(rc, nerva_status::NERVA_E_UNKNOWN_TAG.code());
 
-    // Two threads on one client: the call that overlaps is refused, not raced.
-    let inside = AtomicBool::new(false);
-    let finished = AtomicBool::new(false);
-    let saw_in_use = std::thread::scope(|s| {
-        s.spawn(|| {
-            loop {
-                inside.store(true, Ordering::SeqCst);
-                // SAFETY: live handle; overlap is what this test provokes.
-                let rc = unsafe { nerva_client_wait(client.raw(), 1500) };
-                if rc != nerva_status::NERVA_E_CLIENT_IN_USE.code() {
-                    assert_eq!(rc, nerva_status::NERVA_E_TIMEOUT.code(), "{}", strerror(rc));
-                    break;
-                }
-            }
-            finished.store(true, Ordering::SeqCst);
+    // One thread reaps (asleep in wait) while another submits on the same client: the submit
+    // is not held up by the sleeper, and the sleeper wakes for the new request's events, which
+    // carry the caller's user_data.
+    let mut p = nerva_generate_default_params();
+    p.max_tokens = 4;
+    p.user_data = 0x5eed_f00d_cafe;
+    let (woke_tag, submit_took, wait_rc, slept) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let start = Instant::now();
+            // SAFETY: live handle; calls from two threads on one client serialize inside.
+            let rc = unsafe { nerva_client_wait(client.raw(), 30_000) };
+            (rc, start.elapsed())
         });
-        let mut saw = false;
-        while !finished.load(Ordering::SeqCst) && !saw {
-            if inside.load(Ordering::SeqCst) {
-                // SAFETY: live handle.
-                let rc = unsafe { nerva_client_cancel(client.raw(), 0xbeef) };
-                saw = rc == nerva_status::NERVA_E_CLIENT_IN_USE.code();
-                if !saw {
-                    assert_eq!(rc, nerva_status::NERVA_E_UNKNOWN_TAG.code());
-                }
-            }
-            std::thread::yield_now();
-        }
-        saw
+        std::thread::sleep(Duration::from_millis(200)); // let the waiter fall asleep
+        let start = Instant::now();
+        let tag = client.submit_text("wake the reaper", &p).expect("submit");
+        let took = start.elapsed();
+        let (rc, slept) = waiter.join().expect("waiter");
+        (tag, took, rc, slept)
     });
-    assert!(saw_in_use, "an overlapping call was not refused");
+    assert_eq!(wait_rc, OK, "wait: {}", strerror(wait_rc));
+    assert!(
+        submit_took < Duration::from_millis(500),
+        "submit waited behind the sleeping reaper: {submit_took:?}"
+    );
+    assert!(slept < Duration::from_secs(30), "the reaper did not wake");
+    let events = client.collect(&[woke_tag], 1, 16);
+    assert!(
+        events
+            .iter()
+            .all(|e| e.tag == woke_tag && e.user_data == 0x5eed_f00d_cafe),
+        "user_data not echoed on every event: {events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e.kind != nerva_event_kind::NERVA_EVENT_TOKENS || e.logprobs.is_empty()),
+        "token events carry logprobs the request did not ask for"
+    );
 
     // Two clients in one process, each on its own thread, each sees only its own events.
     std::thread::scope(|s| {

@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use harness::{DESCRIPTOR_BYTES, Outcome, check_descriptor};
 use nerva_rings::{
-    AdminQuery, ByteRange, Descriptor, Extension, GenerateFlags, GenerateRequest, PromptKind,
-    SamplingParams, StatusCode,
+    AdminOptions, AdminQuery, ByteRange, Descriptor, Extension, GenerateFlags, GenerateRequest,
+    PromptKind, SamplingParams, StatusCode,
 };
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -52,11 +52,35 @@ fn valid_input(rng: &mut ChaCha8Rng) -> Vec<u8> {
     let tag = rng.random();
     let input_len = rng.random_range(0..1024);
     let mut input = random_bytes(rng, input_len);
-    let descriptor = match rng.random_range(0..8) {
+    let descriptor = match rng.random_range(0..9) {
         0 => Descriptor::nop(tag, rng.random()),
         1 => Descriptor::cancel(tag),
+        8 => {
+            // TOKENIZE / DETOKENIZE with their input in the input region: text (sometimes cut
+            // inside a code point) or ids (sometimes not whole).
+            let (query, bytes) = if rng.random_bool(0.5) {
+                let mut text = "héllo wörld ".repeat(rng.random_range(1..8)).into_bytes();
+                let cut = rng.random_range(1..=text.len());
+                text.truncate(cut);
+                (AdminQuery::Tokenize, text)
+            } else {
+                let len = 4 * rng.random_range(1..32) + usize::from(rng.random_bool(0.1));
+                (AdminQuery::Detokenize, random_bytes(rng, len))
+            };
+            let at = input.len();
+            input.extend_from_slice(&bytes);
+            let options = AdminOptions::from_bits(rng.random_range(0..=AdminOptions::ALL.bits()))
+                .expect("defined bits");
+            Descriptor::admin_with_input(
+                tag,
+                query,
+                ByteRange::new(rng.random_range(0..4096), rng.random_range(1..4096)),
+                ByteRange::new(at as u32, bytes.len() as u32),
+                options,
+            )
+        }
         2 => {
-            let query = AdminQuery::from_u8(rng.random_range(0..4)).expect("known query");
+            let query = AdminQuery::from_u8(rng.random_range(0..5)).expect("known query");
             let offset = rng.random_range(0..4096);
             Descriptor::admin(
                 tag,
@@ -176,6 +200,7 @@ fn descriptor_harness_survives_100k_hostile_inputs_and_reaches_every_stage() {
     let (mut ext_ok, mut ext_bad) = (0usize, 0usize);
     let mut intake_ok = 0usize;
     let mut intake_refusals = HashSet::new();
+    let mut admin_inputs: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..INPUTS {
         let data = if i % 4 == 0 {
             let len = rng.random_range(0..DESCRIPTOR_BYTES + 256);
@@ -197,6 +222,14 @@ fn descriptor_harness_survives_100k_hostile_inputs_and_reaches_every_stage() {
                 range_refusals.insert(status);
             }
             Outcome::Control => control += 1,
+            Outcome::AdminInput { query, intake } => {
+                *admin_inputs
+                    .entry(format!(
+                        "{query:?}:{}",
+                        intake.map_or_else(|s| s.name(), |()| "ok")
+                    ))
+                    .or_default() += 1;
+            }
             Outcome::Generate {
                 prompt_decoded,
                 extension,
@@ -280,4 +313,22 @@ fn descriptor_harness_survives_100k_hostile_inputs_and_reaches_every_stage() {
         ext_ok > 1000 && ext_bad > 100,
         "extensions parsed {ext_ok}, refused {ext_bad}"
     );
+    // Tokenize / detokenize inputs reach the daemon's decoding, both ways.
+    for key in [
+        "Tokenize:ok",
+        "Tokenize:invalid_utf8",
+        "Detokenize:ok",
+        "Detokenize:misaligned_token_ids",
+    ] {
+        assert!(
+            admin_inputs.get(key).is_some_and(|&n| n > 50),
+            "admin input outcome {key} reached too rarely: {admin_inputs:?}"
+        );
+    }
+    for status in [StatusCode::EmptyPrompt, StatusCode::ReservedNonZero] {
+        assert!(
+            refusals.contains(&status),
+            "no input refused with {status:?}"
+        );
+    }
 }

@@ -24,9 +24,13 @@ struct Cli {
     /// /run/nerva/nervad.sock].
     #[arg(long, global = true)]
     socket: Option<PathBuf>,
-    /// Print machine-readable JSON instead of tables.
+    /// Print machine-readable JSON instead of tables (errors too: {"error": {...}} on stdout).
     #[arg(long, global = true)]
     json: bool,
+    /// Give up after this many seconds (connect, replies, a whole generation) [default: 5 s
+    /// per reply, no limit on a generation].
+    #[arg(long, global = true, value_parser = parse_seconds)]
+    timeout: Option<std::time::Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,7 +40,11 @@ enum Command {
     /// Model, backend, device, arenas and page size, uptime.
     Status,
     /// Connected clients: pid, uid, ring occupancy, in-flight, tokens served.
-    Clients,
+    Clients {
+        /// Also list this nervactl's own connection.
+        #[arg(long)]
+        all: bool,
+    },
     /// Throughput and latency p50/p90/p99 per stage, hot-path ledger.
     Stats,
     /// Generate from a prompt and stream the text to stdout.
@@ -46,7 +54,11 @@ enum Command {
     /// Spawn client processes that submit requests concurrently; print throughput and latency.
     Bench(bench::BenchArgs),
     /// Ask the daemon to drain and exit.
-    Shutdown,
+    Shutdown {
+        /// Wait until the daemon has exited (its socket hangs up), within --timeout if given.
+        #[arg(long)]
+        wait: bool,
+    },
     /// Start a private nervad on the default demo model (or --model), stream one generation
     /// through this client, shut the daemon down.
     Demo(demo::DemoArgs),
@@ -55,30 +67,84 @@ enum Command {
     BenchWorker(bench::WorkerArgs),
 }
 
-fn run(cli: Cli) -> Result<(), Error> {
+fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err("the timeout must be a positive number of seconds".into());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
+/// Connect, with the reply timeout set from --timeout.
+fn connect(
+    socket: Option<&std::path::Path>,
+    timeout: Option<std::time::Duration>,
+) -> Result<Client, Error> {
+    let mut client = Client::connect(socket)?;
+    if let Some(t) = timeout {
+        client.set_reply_timeout(t);
+    }
+    Ok(client)
+}
+
+fn run(cli: &Cli) -> Result<(), Error> {
     let socket = cli.socket.as_deref();
-    match cli.command {
+    let timeout = cli.timeout;
+    match &cli.command {
         Command::Status => {
-            let json = Client::connect(socket)?.status()?;
+            let json = connect(socket, timeout)?.status()?;
             display::print_status(&json, cli.json);
         }
-        Command::Clients => {
-            let json = Client::connect(socket)?.clients()?;
-            display::print_clients(&json, cli.json);
+        Command::Clients { all } => {
+            let json = connect(socket, timeout)?.clients()?;
+            // Our own connection is noise in the table unless asked for.
+            let hide = (!*all).then(std::process::id);
+            display::print_clients(&json, cli.json, hide);
         }
         Command::Stats => {
-            let json = Client::connect(socket)?.stats()?;
+            let json = connect(socket, timeout)?.stats()?;
             display::print_stats(&json, cli.json);
         }
-        Command::Generate(args) => generate::run(socket, &args, cli.json)?,
-        Command::Ping(args) => ping::run(socket, &args, cli.json)?,
-        Command::Bench(args) => bench::run(socket, &args, cli.json)?,
-        Command::BenchWorker(args) => bench::worker(socket, &args)?,
-        Command::Demo(args) => demo::run(&args)?,
-        Command::Shutdown => {
-            let reply = Client::connect(socket)?.shutdown_daemon()?;
+        Command::Generate(args) => generate::run(socket, args, cli.json, timeout)?,
+        Command::Ping(args) => ping::run(socket, args, cli.json)?,
+        Command::Bench(args) => bench::run(socket, args, cli.json)?,
+        Command::BenchWorker(args) => bench::worker(socket, args)?,
+        Command::Demo(args) => demo::run(args)?,
+        Command::Shutdown { wait } => {
+            let mut client = connect(socket, timeout)?;
+            let reply = client.shutdown_daemon()?;
+            let started = std::time::Instant::now();
+            if *wait {
+                // The daemon closes every connection when it exits: wait for our hang-up.
+                loop {
+                    let left = timeout.map(|t| t.saturating_sub(started.elapsed()));
+                    if left.is_some_and(|l| l.is_zero()) {
+                        return Err(Error::Timeout);
+                    }
+                    match client.wait(left) {
+                        Ok(_) => {
+                            let _ = client.poll_with(|_| {});
+                        }
+                        Err(Error::DaemonGone) => break,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
             if cli.json {
-                println!("{reply}");
+                let reply: serde_json::Value =
+                    serde_json::from_str(&reply).unwrap_or(serde_json::Value::Null);
+                println!(
+                    "{}",
+                    serde_json::json!({"draining": reply["draining"], "exited": *wait,
+                                       "waited_s": started.elapsed().as_secs_f64()})
+                );
+            } else if *wait {
+                println!(
+                    "daemon exited after {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
             } else {
                 println!("daemon is draining");
             }
@@ -88,10 +154,27 @@ fn run(cli: Cli) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    // A closed pipe (`nervactl stats | head -1`, a reader that went away mid-generation) ends
+    // the process quietly as it ends cat or kubectl, instead of a panic in println!; the
+    // daemon sees the hang-up and cancels what was in flight.
+    // SAFETY: restoring the default disposition of one signal, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = Cli::parse();
+    match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nervactl: {e} [{}]", e.code().as_i32());
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"error": {
+                        "code": e.code().as_i32(),
+                        "name": format!("{:?}", e.code()),
+                        "message": e.to_string(),
+                    }})
+                );
+            } else {
+                eprintln!("nervactl: {e} [{}]", e.code().as_i32());
+            }
             ExitCode::FAILURE
         }
     }

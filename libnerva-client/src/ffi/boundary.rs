@@ -1,10 +1,14 @@
 //! The boundary every C entry point crosses: no panic unwinds into C, every error becomes a
-//! `nerva_status` code, and a client is entered by one thread at a time.
+//! `nerva_status` code, calls on one client serialize (a sleeping wait excepted), and close
+//! waits for the calls inside.
 
-use core::cell::UnsafeCell;
 use core::ffi::c_int;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
+
+use nerva_rings::EventFd;
 
 use super::status::nerva_status;
 
@@ -14,7 +18,7 @@ pub(crate) type FfiResult = Result<(), nerva_status>;
 /// Run the body of an entry point that takes no client: panics become `NERVA_E_INTERNAL`.
 pub(crate) fn guard(body: impl FnOnce() -> FfiResult) -> c_int {
     // AssertUnwindSafe: the body only touches state it creates, or state it reaches through a
-    // `Exclusive` (which poisons itself on a panic), so nothing half-updated is observed later.
+    // `Shared` (which poisons itself on a panic), so nothing half-updated is observed later.
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => nerva_status::NERVA_OK.code(),
         Ok(Err(status)) => status.code(),
@@ -22,53 +26,67 @@ pub(crate) fn guard(body: impl FnOnce() -> FfiResult) -> c_int {
     }
 }
 
-/// State that C holds through an opaque pointer and may hand to any thread, one call at a time.
+/// State that C holds through an opaque pointer and may use from several threads at once.
 ///
-/// C cannot be trusted to serialize calls, and two overlapping calls would be two `&mut` to the
-/// same state (undefined behaviour). The `entered` flag turns that misuse into
-/// `NERVA_E_CLIENT_IN_USE` for the second caller at the cost of one uncontended atomic swap.
-pub(crate) struct Exclusive<T> {
-    /// Set while one call is inside `enter`.
-    entered: AtomicBool,
+/// Calls serialize on a mutex held only for the short, non-blocking part of a call (submit,
+/// poll, cancel, the bookkeeping of a wait); a waiter sleeps *outside* it
+/// ([`Shared::enter_unlocked`]), so a submitter never waits behind a sleeping reaper. Every
+/// call counts itself in `users`, so `close` can wake the sleepers and wait until the last
+/// call has left before it frees the state ([`Shared::close`]).
+pub(crate) struct Shared<T> {
+    state: Mutex<T>,
     /// Set once a call panicked: the state may be half-updated and is never used again.
     poisoned: AtomicBool,
-    state: UnsafeCell<T>,
+    /// Calls inside the library on this handle right now.
+    users: AtomicUsize,
+    /// Set by `close`: calls that find it return `NERVA_E_CLOSED`.
+    closing: AtomicBool,
+    /// Written by `close` to wake calls sleeping outside the lock.
+    close_bell: EventFd,
 }
 
-// SAFETY: `state` is only reached through `enter`, which hands out `&mut T` to at most one
-// thread at a time (the `entered` flag), so sharing `&Exclusive<T>` between threads is sound when
-// `T` itself may move between threads.
-unsafe impl<T: Send> Sync for Exclusive<T> {}
-
-impl<T> Exclusive<T> {
+impl<T> Shared<T> {
     /// Wrap freshly created state.
-    pub(crate) fn new(state: T) -> Self {
-        Exclusive {
-            entered: AtomicBool::new(false),
+    pub(crate) fn new(state: T) -> std::io::Result<Self> {
+        Ok(Shared {
+            state: Mutex::new(state),
             poisoned: AtomicBool::new(false),
-            state: UnsafeCell::new(state),
-        }
+            users: AtomicUsize::new(0),
+            closing: AtomicBool::new(false),
+            close_bell: EventFd::new()?,
+        })
     }
 
-    /// Run `body` with exclusive access to the state, turning overlap, poison and panics into
-    /// status codes.
+    /// Count a call in for its whole duration (see `close`).
+    fn count_in<R>(&self, body: impl FnOnce() -> R) -> R {
+        // SYNC: SeqCst pairs with `close`: either close sees this call counted (and waits for
+        // it), or this call sees `closing` below.
+        self.users.fetch_add(1, Ordering::SeqCst);
+        let out = body();
+        // SYNC: Release pairs with the Acquire load in `close`: everything this call did to
+        // the state happens before close frees it.
+        self.users.fetch_sub(1, Ordering::Release);
+        out
+    }
+
+    fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Run `body` with the lock held, turning poison, close and panics into status codes.
     pub(crate) fn enter(&self, body: impl FnOnce(&mut T) -> FfiResult) -> c_int {
-        // SYNC: Acquire pairs with the Release store at the end of the previous `enter` (maybe
-        // on another thread), so this call sees every write that call made to `state`.
-        if self
-            .entered
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return nerva_status::NERVA_E_CLIENT_IN_USE.code();
-        }
-        let code = if self.poisoned.load(Ordering::Relaxed) {
-            nerva_status::NERVA_E_INTERNAL.code()
-        } else {
-            // SAFETY: the compare_exchange above made this thread the only one inside `enter`
-            // until the Release store below, so this is the only reference to `state`.
-            let state = unsafe { &mut *self.state.get() };
-            match catch_unwind(AssertUnwindSafe(|| body(state))) {
+        self.count_in(|| {
+            if self.is_closing() {
+                return nerva_status::NERVA_E_CLOSED.code();
+            }
+            let mut guard = match self.state.lock() {
+                Ok(guard) => guard,
+                Err(_) => return nerva_status::NERVA_E_INTERNAL.code(),
+            };
+            if self.poisoned.load(Ordering::Relaxed) {
+                return nerva_status::NERVA_E_INTERNAL.code();
+            }
+            match catch_unwind(AssertUnwindSafe(|| body(&mut guard))) {
                 Ok(Ok(())) => nerva_status::NERVA_OK.code(),
                 Ok(Err(status)) => status.code(),
                 Err(_) => {
@@ -78,20 +96,64 @@ impl<T> Exclusive<T> {
                     nerva_status::NERVA_E_INTERNAL.code()
                 }
             }
-        };
-        // SYNC: Release pairs with the Acquire compare_exchange of the next `enter`.
-        self.entered.store(false, Ordering::Release);
-        code
+        })
     }
 
-    /// Whether a call is inside `enter` right now (a racy snapshot, for `close` diagnostics).
-    pub(crate) fn is_entered(&self) -> bool {
-        self.entered.load(Ordering::Acquire)
+    /// Run `body` counted in but without the lock: for a call that sleeps (it takes the lock
+    /// itself through `locked` for its short steps). `body` also gets the descriptor `close`
+    /// writes, to put in its poll set.
+    pub(crate) fn enter_unlocked(
+        &self,
+        body: impl FnOnce(
+            &dyn Fn(&mut dyn FnMut(&mut T) -> FfiResult) -> FfiResult,
+            BorrowedFd<'_>,
+        ) -> FfiResult,
+    ) -> c_int {
+        self.count_in(|| {
+            let locked = |step: &mut dyn FnMut(&mut T) -> FfiResult| -> FfiResult {
+                if self.is_closing() {
+                    return Err(nerva_status::NERVA_E_CLOSED);
+                }
+                let mut guard = self
+                    .state
+                    .lock()
+                    .map_err(|_| nerva_status::NERVA_E_INTERNAL)?;
+                if self.poisoned.load(Ordering::Relaxed) {
+                    return Err(nerva_status::NERVA_E_INTERNAL);
+                }
+                match catch_unwind(AssertUnwindSafe(|| step(&mut guard))) {
+                    Ok(result) => result,
+                    Err(_) => {
+                        self.poisoned.store(true, Ordering::Relaxed);
+                        Err(nerva_status::NERVA_E_INTERNAL)
+                    }
+                }
+            };
+            match catch_unwind(AssertUnwindSafe(|| body(&locked, self.close_bell.as_fd()))) {
+                Ok(Ok(())) => nerva_status::NERVA_OK.code(),
+                Ok(Err(status)) => status.code(),
+                Err(_) => nerva_status::NERVA_E_INTERNAL.code(),
+            }
+        })
     }
 
-    /// Take the state back, e.g. to close it.
-    pub(crate) fn into_inner(self) -> T {
-        self.state.into_inner()
+    /// Close, in place (the other threads' calls hold references to *this* memory, so it
+    /// must not move before they left): refuse new entries, wake sleepers, and wait until
+    /// every call inside has returned (they return promptly: only waits sleep, and the bell
+    /// wakes them). Afterwards the owner may drop the handle.
+    pub(crate) fn close_and_wait(&self) {
+        // SYNC: SeqCst pairs with `count_in` (see there).
+        self.closing.store(true, Ordering::SeqCst);
+        let _ = self.close_bell.signal();
+        // SYNC: Acquire pairs with the Release decrement in `count_in`.
+        while self.users.load(Ordering::Acquire) != 0 {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+
+    /// The state, after `close_and_wait` (or when no other thread can hold a reference).
+    pub(crate) fn into_inner(self) -> Option<T> {
+        self.state.into_inner().ok()
     }
 }
 
@@ -148,7 +210,7 @@ mod tests {
 
     #[test]
     fn panics_become_internal_and_poison_the_state() {
-        let cell = Exclusive::new(0u32);
+        let cell = Shared::new(0u32).expect("eventfd");
         assert_eq!(
             cell.enter(|n| {
                 *n += 1;
@@ -168,8 +230,8 @@ mod tests {
             cell.enter(|_| Ok(())),
             nerva_status::NERVA_E_INTERNAL.code()
         );
-        assert!(!cell.is_entered());
-        assert_eq!(cell.into_inner(), 1);
+        cell.close_and_wait();
+        assert_eq!(cell.into_inner(), Some(1));
         assert_eq!(
             guard(|| panic!("bug")),
             nerva_status::NERVA_E_INTERNAL.code()
@@ -177,16 +239,42 @@ mod tests {
     }
 
     #[test]
-    fn overlapping_calls_are_refused() {
-        let cell = Exclusive::new(());
-        let inner = cell.enter(|_| {
-            assert_eq!(
-                cell.enter(|_| Ok(())),
-                nerva_status::NERVA_E_CLIENT_IN_USE.code()
-            );
-            Ok(())
+    fn close_wakes_a_sleeper_and_waits_for_it() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let cell: &'static Shared<u32> = Box::leak(Box::new(Shared::new(7u32).expect("eventfd")));
+        let returned = Arc::new(AtomicBool::new(false));
+        let asleep = Arc::new(AtomicBool::new(false));
+        let flag = returned.clone();
+        let sleeping = asleep.clone();
+        let sleeper = std::thread::spawn(move || {
+            let code = cell.enter_unlocked(|locked, bell| {
+                locked(&mut |n: &mut u32| {
+                    *n += 1;
+                    Ok(())
+                })?;
+                // Sleep on the close bell as a wait sleeps on the client's descriptor.
+                let mut fds = [nix::poll::PollFd::new(bell, nix::poll::PollFlags::POLLIN)];
+                sleeping.store(true, Ordering::SeqCst);
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE);
+                flag.store(true, Ordering::SeqCst);
+                locked(&mut |_| Ok(()))
+            });
+            assert_eq!(code, nerva_status::NERVA_E_CLOSED.code());
         });
-        assert_eq!(inner, 0);
+        while !asleep.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        cell.close_and_wait();
+        // SAFETY: `cell` was leaked from a Box above; the only other user has left (waited
+        // for above), so it is reclaimed exactly once, here.
+        let boxed = unsafe { Box::from_raw(core::ptr::from_ref(cell).cast_mut()) };
+        assert_eq!(boxed.into_inner(), Some(8));
+        assert!(
+            returned.load(Ordering::SeqCst),
+            "close returned before the sleeper left"
+        );
+        sleeper.join().expect("sleeper");
     }
 
     #[test]

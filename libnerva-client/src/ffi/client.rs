@@ -9,21 +9,26 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use super::boundary::{Exclusive, FfiResult, arg_out, arg_ref, arg_slice, guard};
+use std::os::fd::{AsFd, AsRawFd};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use super::boundary::{FfiResult, Shared, arg_out, arg_ref, arg_slice, guard};
 use super::event::{EventSink, nerva_event};
 use super::params::nerva_generate_params;
 use super::status::nerva_status;
-use crate::{Client, Event, GenerateParams, Prompt, Tag};
+use crate::{Client, ConnectOptions, Event, GenerateParams, Prompt, RingSizes, Tag};
 
 /// A connection to nervad: one shared-memory segment with its rings, and the events received
 /// but not yet handed to C. Opaque; create with `nerva_client_connect`, free with
-/// `nerva_client_close`. Used by one thread at a time (see the header's thread-safety notes).
+/// `nerva_client_close`. Any thread may call into it; calls serialize (see the header's
+/// thread-safety notes).
 pub struct nerva_client {
-    inner: Exclusive<ClientState>,
+    inner: Shared<ClientState>,
 }
 
-struct ClientState {
-    client: Client,
+pub(crate) struct ClientState {
+    pub(crate) client: Client,
     /// Text of the events handed out by the last poll (their `text` pointers point here).
     text_arena: Vec<u8>,
     /// Scratch for `EventSink`: kept to reuse its allocation.
@@ -45,20 +50,46 @@ pub struct nerva_chat_message {
 /// Enter a client handle, or fail with `NERVA_E_INVALID_ARGUMENT` for NULL.
 ///
 /// # Safety
-/// A non-NULL `client` must come from `nerva_client_connect` and not be closed yet.
-unsafe fn with_client(
+/// A non-NULL `client` must come from `nerva_client_connect` and its close must not have
+/// begun before this call.
+pub(crate) unsafe fn with_client(
     client: *mut nerva_client,
     body: impl FnOnce(&mut ClientState) -> FfiResult,
 ) -> c_int {
     // SAFETY: the caller's obligation: NULL or a live handle from nerva_client_connect. Only a
-    // shared reference is made; exclusive access to the state goes through `Exclusive`.
+    // shared reference is made; access to the state goes through `Shared`'s lock, and close
+    // waits for this call to leave before it frees the handle.
     match unsafe { client.cast_const().as_ref() } {
         Some(handle) => handle.inner.enter(body),
         None => nerva_status::NERVA_E_INVALID_ARGUMENT.code(),
     }
 }
 
-/// Connect to nervad and create a client.
+/// How a client is sized and behaves, for `nerva_client_connect_with`. Start from
+/// `nerva_connect_default_options()`; zero sizes mean the daemon's defaults. The daemon's
+/// bounds are in `nerva_model_info` (`max_ring_entries`, `max_data_bytes`); a size outside
+/// them fails the connect with NERVA_E_INVALID_ARGUMENT.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct nerva_connect_options {
+    /// Submission ring entries (a power of two), or 0.
+    pub sq_entries: u32,
+    /// Completion ring entries (a power of two), or 0. A full completion ring pauses this
+    /// client's streams until it polls (they give their batch slots to other clients meanwhile).
+    pub cq_entries: u32,
+    /// Input area bytes (prompts and stop lists of requests in flight), or 0.
+    pub data_bytes: u64,
+    /// Microseconds `nerva_client_wait` spins on the ring before it sleeps (0: sleep at once).
+    pub spin_us: u32,
+}
+
+/// The default connect options: every size the daemon's default, no spinning.
+#[unsafe(no_mangle)]
+pub extern "C" fn nerva_connect_default_options() -> nerva_connect_options {
+    nerva_connect_options::default()
+}
+
+/// Connect to nervad and create a client with the daemon's default sizes.
 ///
 /// `socket_path`: NUL-terminated path of the daemon's socket, or NULL for the default:
 /// `$NERVA_SOCKET` if set, else `$XDG_RUNTIME_DIR/nerva/nervad.sock`, else
@@ -78,10 +109,34 @@ pub unsafe extern "C" fn nerva_client_connect(
     socket_path: *const c_char,
     out: *mut *mut nerva_client,
 ) -> c_int {
+    // SAFETY: the caller's obligations are connect_with's; NULL options mean the defaults.
+    unsafe { nerva_client_connect_with(socket_path, core::ptr::null(), out) }
+}
+
+/// As `nerva_client_connect`, sized by `options` (NULL: `nerva_connect_default_options()`).
+/// Sizes the daemon refuses (not a power of two, outside its bounds) fail with
+/// NERVA_E_INVALID_ARGUMENT.
+///
+/// # Safety
+/// `socket_path` is NULL or a NUL-terminated string; `options` is NULL or readable; `out` is
+/// NULL or writable.
+#[unsafe(no_mangle)]
+#[must_use]
+pub unsafe extern "C" fn nerva_client_connect_with(
+    socket_path: *const c_char,
+    options: *const nerva_connect_options,
+    out: *mut *mut nerva_client,
+) -> c_int {
     guard(|| {
         // SAFETY: `out` is NULL or writable (caller's obligation).
         let out = unsafe { arg_out(out) }?;
         *out = core::ptr::null_mut();
+        let options = if options.is_null() {
+            nerva_connect_options::default()
+        } else {
+            // SAFETY: non-NULL `options` is readable (caller's obligation).
+            *unsafe { arg_ref(options) }?
+        };
         let path = if socket_path.is_null() {
             None
         } else {
@@ -91,18 +146,25 @@ pub unsafe extern "C" fn nerva_client_connect(
                 return Err(nerva_status::NERVA_E_INVALID_ARGUMENT);
             }
             // Unix paths are bytes; no UTF-8 requirement.
-            Some(Path::new(OsStr::from_bytes(bytes)))
+            Some(Path::new(OsStr::from_bytes(bytes)).to_path_buf())
         };
-        let client = Client::connect(path)?;
-        let handle = Box::new(nerva_client {
-            inner: Exclusive::new(ClientState {
-                client,
-                text_arena: Vec::new(),
-                text_spans: Vec::new(),
-                overflow: VecDeque::new(),
-            }),
-        });
-        *out = Box::into_raw(handle);
+        let client = Client::connect_with(&ConnectOptions {
+            socket: path,
+            sizes: RingSizes {
+                sq_entries: options.sq_entries,
+                cq_entries: options.cq_entries,
+                data_bytes: options.data_bytes,
+            },
+            spin: Duration::from_micros(u64::from(options.spin_us)),
+        })?;
+        let state = ClientState {
+            client,
+            text_arena: Vec::new(),
+            text_spans: Vec::new(),
+            overflow: VecDeque::new(),
+        };
+        let inner = Shared::new(state).map_err(|_| nerva_status::NERVA_E_IO)?;
+        *out = Box::into_raw(Box::new(nerva_client { inner }));
         Ok(())
     })
 }
@@ -110,28 +172,33 @@ pub unsafe extern "C" fn nerva_client_connect(
 /// Disconnect and free a client. The daemon cancels its in-flight requests. Text pointers of
 /// its events become invalid. NULL is ignored.
 ///
-/// Must not overlap another call on the same client: a close that finds a call in progress on
-/// another thread leaves the client open (leaked) rather than free memory in use.
+/// Calls on other threads that are inside the library on this client when close begins are
+/// defined: a sleeping `nerva_client_wait` wakes at once, and each of them returns (with its
+/// own result, or NERVA_E_CLOSED if it had not finished) before close frees the handle; close
+/// blocks until then. No call may *begin* on the handle once close has begun (as with free()).
 ///
 /// # Safety
-/// `client` is NULL or a handle from `nerva_client_connect` not closed yet; it must not be
-/// used after this call.
+/// `client` is NULL or a handle from `nerva_client_connect` not closed yet; no call on it may
+/// begin after this one began.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nerva_client_close(client: *mut nerva_client) {
     if client.is_null() {
         return;
     }
-    // SAFETY: a live handle (caller's obligation), only read here.
-    if unsafe { &*client }.inner.is_entered() {
-        return;
-    }
-    // SAFETY: the handle came from Box::into_raw in nerva_client_connect and is not used again
-    // (caller's obligation); no call is inside it (checked above).
+    // SAFETY: a live handle from nerva_client_connect (caller's obligation); only shared
+    // references exist while other calls may still be inside it.
+    let shared = unsafe { &*client };
+    // In place: the calls still inside reference this memory.
+    shared.inner.close_and_wait();
+    // SAFETY: the handle came from Box::into_raw in nerva_client_connect, is closed once
+    // (caller's obligation), and no call is inside it any more (waited for above).
     let handle = unsafe { Box::from_raw(client) };
     // Dropping the client closes the socket (the daemon's liveness signal), the eventfds and
     // the mapping. A panic in a destructor must not unwind into C.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        handle.inner.into_inner().client.close();
+        if let Some(state) = handle.inner.into_inner() {
+            state.client.close();
+        }
     }));
 }
 
@@ -358,6 +425,11 @@ pub unsafe extern "C" fn nerva_client_poll(
             client.poll_with(|event| sink.push(event))
         };
         *n_out = sink.finish();
+        if !overflow.is_empty() && client.external_wait() {
+            // Events wait in this layer, not in the ring: keep the readiness descriptor
+            // readable so an event loop polls again.
+            client.wake_ready_fd();
+        }
         // Events delivered before a failure are still handed out; the failure is reported by
         // the first poll that has nothing left to deliver.
         match received {
@@ -370,11 +442,14 @@ pub unsafe extern "C" fn nerva_client_poll(
     unsafe { with_client(client, body) }
 }
 
-/// Block until events are ready or `timeout_ms` passes. Sleeps on the completion doorbell (an
-/// eventfd): no busy loop. `timeout_ms` < 0 waits forever; 0 only checks.
+/// Block until events are ready or `timeout_ms` passes. Sleeps on the client's readiness
+/// descriptor (no busy loop) *without* holding the client: other threads may submit, cancel and
+/// poll meanwhile (one thread reaps while others submit). `timeout_ms` < 0 waits forever; 0
+/// only checks.
 ///
 /// Returns NERVA_OK when events are ready (call `nerva_client_poll`), NERVA_E_TIMEOUT,
-/// NERVA_E_DAEMON_GONE (within about a second of the daemon's death), NERVA_E_PROTOCOL,
+/// NERVA_E_DAEMON_GONE (within milliseconds of the daemon's death, once every event it sent
+/// was handed out), NERVA_E_CLOSED (another thread closed the client), NERVA_E_PROTOCOL,
 /// NERVA_E_IO.
 ///
 /// # Safety
@@ -382,17 +457,77 @@ pub unsafe extern "C" fn nerva_client_poll(
 #[unsafe(no_mangle)]
 #[must_use]
 pub unsafe extern "C" fn nerva_client_wait(client: *mut nerva_client, timeout_ms: c_int) -> c_int {
+    // SAFETY: the caller's obligation: NULL or a live handle; close waits for this call.
+    let Some(handle) = (unsafe { client.cast_const().as_ref() }) else {
+        return nerva_status::NERVA_E_INVALID_ARGUMENT.code();
+    };
+    // Negative: no timeout.
+    let deadline = u64::try_from(timeout_ms)
+        .ok()
+        .map(|ms| std::time::Instant::now() + Duration::from_millis(ms));
+    handle.inner.enter_unlocked(|locked, close_bell| {
+        loop {
+            let mut ready = false;
+            let mut fd = -1;
+            locked(&mut |state: &mut ClientState| {
+                ready = !state.overflow.is_empty() || state.client.prepare_wait()?;
+                fd = state.client.wait_fd().as_raw_fd();
+                Ok(())
+            })?;
+            if ready {
+                return Ok(());
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                return Err(nerva_status::NERVA_E_TIMEOUT);
+            }
+            let timeout = match left {
+                None => PollTimeout::NONE,
+                // Round up so a sub-millisecond remainder still sleeps instead of spinning.
+                Some(l) => PollTimeout::try_from(l + Duration::from_micros(999))
+                    .unwrap_or(PollTimeout::MAX),
+            };
+            // SAFETY: `fd` is the client's readiness descriptor, owned by the client, which
+            // stays open until close, and close waits for this call to return.
+            let ready_fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            let mut fds = [
+                PollFd::new(ready_fd, PollFlags::POLLIN),
+                PollFd::new(close_bell.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, timeout) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(crate::Error::from(e).into()),
+            }
+            if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+                return Err(nerva_status::NERVA_E_CLOSED);
+            }
+            // Loop: the locked check says whether events (or the daemon's death) woke us.
+        }
+    })
+}
+
+/// The client's readiness descriptor, for the caller's own event loop (epoll, poll, libuv,
+/// tokio's AsyncFd): it is readable when events are ready or the daemon hung up. Owned by the
+/// client: do not close or read it; it stays valid until `nerva_client_close`.
+///
+/// Contract (liburing's eventfd model, level-triggered): after this call, every
+/// `nerva_client_poll` leaves the descriptor either readable (events still waiting) or armed
+/// (the daemon makes it readable with its next event). So: wait for readability, then call
+/// `nerva_client_poll` until it returns no events, and go back to waiting. Taking the
+/// descriptor costs the daemon one eventfd write per completion burst for this client.
+///
+/// Returns NERVA_OK, NERVA_E_INVALID_ARGUMENT (`fd_out` NULL).
+///
+/// # Safety
+/// `client` is a live handle; `fd_out` is writable.
+#[unsafe(no_mangle)]
+#[must_use]
+pub unsafe extern "C" fn nerva_client_fd(client: *mut nerva_client, fd_out: *mut c_int) -> c_int {
     let body = |state: &mut ClientState| -> FfiResult {
-        if !state.overflow.is_empty() {
-            return Ok(());
-        }
-        // Negative: no timeout.
-        let timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        if state.client.wait(timeout)? {
-            Ok(())
-        } else {
-            Err(nerva_status::NERVA_E_TIMEOUT)
-        }
+        // SAFETY: `fd_out` is writable (caller's obligation).
+        let fd_out = unsafe { arg_out(fd_out) }?;
+        *fd_out = state.client.ready_fd();
+        Ok(())
     };
     // SAFETY: `client` is NULL or a live handle (caller's obligation).
     unsafe { with_client(client, body) }

@@ -110,6 +110,9 @@ impl From<&Timings> for nerva_timings {
 pub struct nerva_event {
     /// The request's tag, as returned by the submit call (0 for SHUTDOWN).
     pub tag: u64,
+    /// The request's `user_data` from its `nerva_generate_params`, echoed on every event of
+    /// the request (0 for SHUTDOWN).
+    pub user_data: u64,
     /// What this event reports.
     pub kind: nerva_event_kind,
     /// Sample index within the request, 0..n_samples.
@@ -140,9 +143,10 @@ pub struct nerva_event {
 }
 
 impl nerva_event {
-    fn empty(tag: u64, kind: nerva_event_kind, sample: u16) -> Self {
+    fn empty(tag: u64, user_data: u64, kind: nerva_event_kind, sample: u16) -> Self {
         nerva_event {
             tag,
+            user_data,
             kind,
             sample: u32::from(sample),
             status: 0,
@@ -228,53 +232,74 @@ impl<'a> EventSink<'a> {
         match event {
             EventRef::Tokens {
                 tag,
+                user_data,
                 sample,
                 ids,
                 logprobs,
             } => self.push_ids(
                 nerva_event_kind::NERVA_EVENT_TOKENS,
-                (tag.0, sample, 0),
+                (tag.0, user_data, sample, 0),
                 (ids, logprobs),
                 spill,
             ),
             EventRef::TopLogprobs {
                 tag,
+                user_data,
                 sample,
                 position,
                 ids,
                 logprobs,
             } => self.push_ids(
                 nerva_event_kind::NERVA_EVENT_TOP_LOGPROBS,
-                (tag.0, sample, position),
+                (tag.0, user_data, sample, position),
                 (ids, logprobs),
                 spill,
             ),
-            EventRef::Text { tag, sample, text } => {
-                let ev = nerva_event::empty(tag.0, nerva_event_kind::NERVA_EVENT_TEXT, sample);
+            EventRef::Text {
+                tag,
+                user_data,
+                sample,
+                text,
+            } => {
+                let ev = nerva_event::empty(
+                    tag.0,
+                    user_data,
+                    nerva_event_kind::NERVA_EVENT_TEXT,
+                    sample,
+                );
                 self.put_with_text(ev, text);
             }
             EventRef::Done {
                 tag,
+                user_data,
                 sample,
                 reason,
                 timings,
             } => {
-                let mut ev = nerva_event::empty(tag.0, nerva_event_kind::NERVA_EVENT_DONE, sample);
+                let mut ev = nerva_event::empty(
+                    tag.0,
+                    user_data,
+                    nerva_event_kind::NERVA_EVENT_DONE,
+                    sample,
+                );
                 ev.finish_reason = reason.into();
                 ev.timings = (&timings).into();
                 self.put(ev);
             }
             EventRef::Error {
                 tag,
+                user_data,
                 status,
                 detail,
             } => {
-                let mut ev = nerva_event::empty(tag.0, nerva_event_kind::NERVA_EVENT_ERROR, 0);
+                let mut ev =
+                    nerva_event::empty(tag.0, user_data, nerva_event_kind::NERVA_EVENT_ERROR, 0);
                 ev.status = u32::from(status);
                 self.put_with_text(ev, detail);
             }
             EventRef::Shutdown => {
                 self.put(nerva_event::empty(
+                    0,
                     0,
                     nerva_event_kind::NERVA_EVENT_SHUTDOWN,
                     0,
@@ -288,7 +313,7 @@ impl<'a> EventSink<'a> {
     fn push_ids(
         &mut self,
         kind: nerva_event_kind,
-        (tag, sample, position): (u64, u16, u32),
+        (tag, user_data, sample, position): (u64, u64, u16, u32),
         (ids, logprobs): (&[u32], &[f32]),
         spill: Spill,
     ) {
@@ -308,6 +333,7 @@ impl<'a> EventSink<'a> {
                 let rest = match kind {
                     nerva_event_kind::NERVA_EVENT_TOP_LOGPROBS => Event::TopLogprobs {
                         tag,
+                        user_data,
                         sample,
                         position,
                         ids: rest_ids,
@@ -315,6 +341,7 @@ impl<'a> EventSink<'a> {
                     },
                     _ => Event::Tokens {
                         tag,
+                        user_data,
                         sample,
                         ids: rest_ids,
                         logprobs: rest_logprobs,
@@ -327,7 +354,7 @@ impl<'a> EventSink<'a> {
                 return;
             }
             let end = (start + NERVA_EVENT_MAX_TOKENS).min(ids.len());
-            let mut ev = nerva_event::empty(tag, kind, sample);
+            let mut ev = nerva_event::empty(tag, user_data, kind, sample);
             ev.position = position;
             let n = end - start;
             ev.tokens[..n].copy_from_slice(&ids[start..end]);
@@ -412,12 +439,14 @@ mod tests {
         let mut sink = EventSink::new(&mut slots2, &mut arena, &mut spans, &mut overflow);
         sink.push(EventRef::Tokens {
             tag: Tag(7),
+            user_data: 99,
             sample: 1,
             ids: &ids,
             logprobs: &logprobs,
         });
         sink.push(EventRef::Text {
             tag: Tag(7),
+            user_data: 99,
             sample: 1,
             text: "héllo",
         });
@@ -437,6 +466,7 @@ mod tests {
         sink.drain_overflow();
         sink.push(EventRef::Done {
             tag: Tag(7),
+            user_data: 99,
             sample: 1,
             reason: FinishReason::Length,
             timings: Timings::default(),
@@ -454,6 +484,10 @@ mod tests {
         assert_eq!(
             out[2].finish_reason,
             nerva_finish_reason::NERVA_FINISH_LENGTH
+        );
+        assert!(
+            out.iter().all(|e| e.user_data == 99),
+            "user_data survives the split and the overflow queue"
         );
     }
 }

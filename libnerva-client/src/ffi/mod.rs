@@ -14,6 +14,7 @@
 mod boundary;
 pub mod client;
 pub mod event;
+pub mod model;
 pub mod params;
 pub mod status;
 pub mod version;

@@ -85,6 +85,10 @@ pub struct nerva_generate_params {
     pub stop_token_ids: *const u32,
     /// Number of entries in `stop_token_ids`.
     pub n_stop_token_ids: usize,
+    /// Caller-chosen value echoed in `nerva_event.user_data` of every event of this request
+    /// (io_uring's `user_data`: e.g. a pointer to the caller's per-request state). Never sent
+    /// to the daemon. Default 0.
+    pub user_data: u64,
 }
 
 impl From<&GenerateParams> for nerva_generate_params {
@@ -111,6 +115,7 @@ impl From<&GenerateParams> for nerva_generate_params {
             n_stop_strings: 0,
             stop_token_ids: core::ptr::null(),
             n_stop_token_ids: 0,
+            user_data: p.user_data,
         }
     }
 }
@@ -164,6 +169,7 @@ impl nerva_generate_params {
             stream_tokens: self.stream_tokens,
             stream_text: self.stream_text,
             logprobs: self.logprobs,
+            user_data: self.user_data,
         };
         params.validate().map_err(|_| invalid)?;
         Ok(params)

@@ -30,8 +30,9 @@ use crate::{Error, ErrorCode};
 /// |  -13 | NERVA_E_IO                  | an operating-system call failed (`errno` is kept)   | connect: `*out` is NULL; otherwise close the client  |
 /// |  -14 | NERVA_E_TOO_LARGE           | the request can never fit the client's data area    | nothing sent; shorten the prompt or stop lists       |
 /// |  -15 | NERVA_E_UNKNOWN_TAG         | no request with this tag is in flight               | nothing changed (harmless after a race with DONE)    |
-/// | -100 | NERVA_E_CLIENT_IN_USE       | another thread is inside a call on this client      | nothing done; serialize calls on one client          |
+/// | -100 | NERVA_E_CLIENT_IN_USE       | reserved: no longer returned (calls on one client now serialize) | -                            |
 /// | -101 | NERVA_E_INTERNAL            | a bug in the library, caught before it reached C    | the client is poisoned, later calls fail; close it   |
+/// | -102 | NERVA_E_CLOSED              | another thread closed the client during this call   | the handle is being freed; do not use it again       |
 ///
 /// A request that fails inside the daemon (a prompt longer than the context, a token id
 /// outside the vocabulary) is reported by a `NERVA_EVENT_ERROR` event whose `status` is a
@@ -71,16 +72,20 @@ pub enum nerva_status {
     NERVA_E_TOO_LARGE = -14,
     /// No request with this tag is in flight.
     NERVA_E_UNKNOWN_TAG = -15,
-    /// Another thread is inside a call on this client.
+    /// Reserved (number kept, never reused): returned by earlier versions for overlapping
+    /// calls on one client, which now serialize instead.
     NERVA_E_CLIENT_IN_USE = -100,
     /// A bug inside the library; the client is poisoned.
     NERVA_E_INTERNAL = -101,
+    /// Another thread closed the client while this call was inside it; the call did
+    /// nothing more and the handle is being freed.
+    NERVA_E_CLOSED = -102,
 }
 
 impl nerva_status {
     /// Every code, in table order. (A function, not an associated const: cbindgen would export
     /// the const into the header.)
-    pub fn all() -> [nerva_status; 18] {
+    pub fn all() -> [nerva_status; 19] {
         [
             Self::NERVA_OK,
             Self::NERVA_E_INVALID_ARGUMENT,
@@ -100,6 +105,7 @@ impl nerva_status {
             Self::NERVA_E_UNKNOWN_TAG,
             Self::NERVA_E_CLIENT_IN_USE,
             Self::NERVA_E_INTERNAL,
+            Self::NERVA_E_CLOSED,
         ]
     }
 
@@ -136,7 +142,8 @@ impl nerva_status {
             Self::NERVA_E_IO => c"operating-system call failed (see errno)",
             Self::NERVA_E_TOO_LARGE => c"request too large for the client's data area",
             Self::NERVA_E_UNKNOWN_TAG => c"no request with this tag is in flight",
-            Self::NERVA_E_CLIENT_IN_USE => c"the client is in use by another thread",
+            Self::NERVA_E_CLIENT_IN_USE => c"the client is in use by another thread (reserved)",
+            Self::NERVA_E_CLOSED => c"the client was closed by another thread during the call",
             Self::NERVA_E_INTERNAL => c"internal error in libnerva-client; close the client",
         }
     }
@@ -188,7 +195,8 @@ pub enum nerva_request_status {
     NERVA_REQUEST_BAD_MIN_P = 12,
     /// Repetition penalty is not finite and > 0.
     NERVA_REQUEST_BAD_REPETITION_PENALTY = 13,
-    /// `n_samples` is 0 or above [`crate::MAX_SAMPLES`].
+    /// `n_samples` is 0, above [`crate::MAX_SAMPLES`], or above the daemon's `--max-batch`
+    /// (the detail says which, with the numbers).
     NERVA_REQUEST_BAD_SAMPLE_COUNT = 14,
     /// Extension (offset, len) lies outside the input region.
     NERVA_REQUEST_EXTENSION_OUT_OF_RANGE = 15,
@@ -202,7 +210,9 @@ pub enum nerva_request_status {
     NERVA_REQUEST_INVALID_UTF8 = 32,
     /// A prompt token id is outside the model's vocabulary.
     NERVA_REQUEST_TOKEN_OUT_OF_VOCAB = 33,
-    /// Prompt (plus `max_tokens`) exceeds the context length.
+    /// The prompt alone leaves no room to generate within the context length (or the KV
+    /// pool); the detail carries both numbers. A `max_tokens` beyond the context is not
+    /// refused: generation stops there with NERVA_FINISH_CONTEXT_LENGTH.
     NERVA_REQUEST_PROMPT_TOO_LONG = 34,
     /// Chat JSON is not a valid message list, or the model has no chat template.
     NERVA_REQUEST_BAD_CHAT_MESSAGES = 35,
@@ -431,7 +441,7 @@ mod tests {
         }
         assert_eq!(nerva_status::from_code(1), None);
         assert_eq!(nerva_status::from_code(-16), None);
-        assert_eq!(nerva_status::from_code(-102), None);
+        assert_eq!(nerva_status::from_code(-103), None);
     }
 
     #[test]
@@ -446,7 +456,9 @@ mod tests {
         for c in nerva_status::all() {
             let rust_only = matches!(
                 c,
-                nerva_status::NERVA_E_CLIENT_IN_USE | nerva_status::NERVA_E_INTERNAL
+                nerva_status::NERVA_E_CLIENT_IN_USE
+                    | nerva_status::NERVA_E_INTERNAL
+                    | nerva_status::NERVA_E_CLOSED
             );
             assert_eq!(ErrorCode::from_i32(c.code()).is_some(), !rust_only, "{c:?}");
         }

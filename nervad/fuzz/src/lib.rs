@@ -11,10 +11,11 @@
 use std::time::Instant;
 
 use nerva_rings::{
-    Descriptor, DescriptorError, Extension, ExtensionView, PromptKind, Request, StatusCode,
+    AdminQuery, Descriptor, DescriptorError, Extension, ExtensionView, PromptKind, Request,
+    StatusCode,
 };
 use nervad::engine::api::{ClientId, Prompt};
-use nervad::server::intake::decode_generate;
+use nervad::server::intake::{AdminInput, decode_admin_input, decode_generate};
 
 /// Bytes of the output region the harness pretends the segment has (admin replies point into
 /// it; nothing is read from it, only ranges are checked).
@@ -32,8 +33,16 @@ pub enum Outcome {
     Refused(StatusCode),
     /// Valid descriptor whose ranges fall outside the regions (this status).
     OutOfRange(StatusCode),
-    /// A valid `NOP`, `CANCEL` or `ADMIN`.
+    /// A valid `NOP`, `CANCEL` or `ADMIN` without input.
     Control,
+    /// A valid `TOKENIZE` / `DETOKENIZE` whose input was copied and decoded by the daemon's
+    /// own `decode_admin_input`: `Ok` or the status of its refusal.
+    AdminInput {
+        /// Which query.
+        query: AdminQuery,
+        /// The intake's verdict.
+        intake: Result<(), StatusCode>,
+    },
     /// A valid `GENERATE` whose prompt bytes were copied and decoded.
     Generate {
         /// The prompt kind.
@@ -63,6 +72,39 @@ pub fn check_descriptor(data: &[u8]) -> Outcome {
     let input_len = input.len() as u64;
     if let Err(error) = request.check_regions(input_len, OUTPUT_REGION_BYTES) {
         return Outcome::OutOfRange(refusal_status(&error));
+    }
+    if let Request::Admin {
+        query,
+        input: Some(range),
+        options,
+        ..
+    } = request
+    {
+        let bytes = input
+            .get(range.as_usize_range())
+            .expect("an admin input range that passed check_regions lies inside the input region");
+        assert!(!bytes.is_empty(), "empty admin input passed validation");
+        let intake = match decode_admin_input(query, options, bytes) {
+            Ok(AdminInput::Text(text, _)) => {
+                assert_eq!(query, AdminQuery::Tokenize);
+                assert_eq!(text.as_bytes(), bytes, "text decoded from other bytes");
+                Ok(())
+            }
+            Ok(AdminInput::Ids(ids, _)) => {
+                assert_eq!(query, AdminQuery::Detokenize);
+                assert_eq!(ids.len() * 4, bytes.len(), "ids decoded from other bytes");
+                Ok(())
+            }
+            Err(rejection) => {
+                let allowed = match query {
+                    AdminQuery::Tokenize => StatusCode::InvalidUtf8,
+                    _ => StatusCode::MisalignedTokenIds,
+                };
+                assert_eq!(rejection.status, allowed, "{query:?}: {rejection:?}");
+                Err(rejection.status)
+            }
+        };
+        return Outcome::AdminInput { query, intake };
     }
     let Request::Generate(generate) = request else {
         return Outcome::Control;

@@ -98,8 +98,10 @@ pub enum RequestError {
     /// The prompt is empty, does not tokenize, or the chat messages are malformed.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),
-    /// The prompt plus `max_tokens` cannot fit the model's context or the KV pool.
-    #[error("prompt of {prompt_tokens} tokens does not fit (limit {limit})")]
+    /// The prompt leaves no room to generate in the context (or cannot fit the KV pool). A
+    /// `max_tokens` beyond the context is not refused: generation stops at the context
+    /// (`FinishReason::ContextLength`). The message fits a completion's 44-byte detail.
+    #[error("prompt {prompt_tokens} tokens > limit {limit}")]
     TooLong {
         /// Tokens in the prompt.
         prompt_tokens: usize,
@@ -112,6 +114,14 @@ pub enum RequestError {
     /// A sampling parameter is out of range.
     #[error("invalid parameter: {0}")]
     InvalidParameter(&'static str),
+    /// More samples than the engine runs at once (`--max-batch`).
+    #[error("n_samples {asked} > max batch {max_batch}")]
+    TooManySamples {
+        /// Samples asked for.
+        asked: u16,
+        /// The engine's batch size.
+        max_batch: usize,
+    },
     /// The same tag is already in flight for this client.
     #[error("tag already in flight")]
     DuplicateTag,
@@ -212,6 +222,12 @@ pub struct EngineInfo {
     pub backend: String,
     /// Device description (CPU model and threads, GPU name).
     pub device: String,
+    /// Storage dtype of the weights (`bf16`, `f16`, `f32`; `none` without a model).
+    pub dtype: String,
+    /// Vocabulary size (ids `0..vocab_size` are valid prompt tokens).
+    pub vocab_size: u32,
+    /// Most sequences (samples) running at once (`--max-batch`).
+    pub max_batch: u32,
     /// Context length served.
     pub max_context: u32,
     /// KV pool pages in total.

@@ -20,6 +20,18 @@
 //! thread for one backend step (the CPU backend fans out to its own worker pool and returns when
 //! the step is done). `submit` tokenizes on the calling thread. When every running sample
 //! belongs to a paused client, `step` does nothing and still returns true (work remains).
+//!
+//! Backpressure isolation: a paused client (its completion ring is full) must not hold batch
+//! capacity others need. Its decoding samples are *parked*: each gives its sequence slot back
+//! and keeps its KV pages, position, text state and generated ids in a parked record; its
+//! queued requests are not admitted. When the client drains (unpaused) a parked sample takes
+//! the next free slot before new requests are admitted, and continues from its exact KV state
+//! with no token lost or repeated. The backend's sampling state of a slot is not carried over:
+//! it is rebuilt from the prompt and the generated ids (repetition penalty exact), and the
+//! random stream restarts from a seed derived from the request's seed, the sample and the
+//! position, so greedy output is unchanged while a sampled continuation may differ from an
+//! uninterrupted run (presence/frequency penalties restart too). Parking is off the hot path
+//! (it may allocate a record once).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -140,7 +152,12 @@ struct Sequence {
     text: TextStream,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
+    /// Ids generated so far (to rebuild the sampler's penalty state after parking).
+    output: Vec<u32>,
 }
+
+/// A slot index in `Request::slots` for a sample that is parked (no slot).
+const PARKED: u32 = u32::MAX;
 
 /// What one batch entry was.
 #[derive(Debug, Clone, Copy)]
@@ -152,6 +169,30 @@ struct StepEntry {
     /// The slot's occupancy when the step was launched: a result for an older occupant (a
     /// speculative step of a sequence that finished meanwhile) is discarded.
     epoch: u32,
+}
+
+impl Sequence {
+    /// An inactive record sized for a full-context sequence.
+    fn empty(limits: &BackendLimits, longest_token: usize) -> Self {
+        Sequence {
+            active: false,
+            request: 0,
+            sample: 0,
+            table: Vec::with_capacity(limits.max_pages_per_seq()),
+            len: 0,
+            input: [0],
+            input_sampled: false,
+            epoch: 0,
+            decoding: false,
+            generated: 0,
+            limit: 0,
+            limit_is_context: false,
+            text: TextStream::new(&[], longest_token),
+            first_token_at: None,
+            last_token_at: None,
+            output: Vec::with_capacity(limits.max_context),
+        }
+    }
 }
 
 /// Tokens per KV page times pages, rounded up.
@@ -182,6 +223,12 @@ pub struct Engine {
     cancelled: Vec<usize>,
     /// The client whose prefill ran last (round robin).
     last_prefill_client: Option<ClientId>,
+    /// Samples of paused clients that gave their slot back (see the module docs).
+    parked: Vec<Sequence>,
+    /// Inactive sequence records kept for parking without allocating.
+    spare: Vec<Sequence>,
+    /// Prompt + generated ids of a sample being resumed.
+    resume_tokens: Vec<u32>,
     out: StepOutput,
     step_buf: Vec<SeqStep<'static>>,
     entries: Vec<StepEntry>,
@@ -219,23 +266,7 @@ impl Engine {
         let info = backend.info();
         let longest = model.tokens.longest();
         let seqs = (0..limits.max_seqs)
-            .map(|_| Sequence {
-                active: false,
-                request: 0,
-                sample: 0,
-                table: Vec::with_capacity(limits.max_pages_per_seq()),
-                len: 0,
-                input: [0],
-                input_sampled: false,
-                epoch: 0,
-                decoding: false,
-                generated: 0,
-                limit: 0,
-                limit_is_context: false,
-                text: TextStream::new(&[], longest),
-                first_token_at: None,
-                last_token_at: None,
-            })
+            .map(|_| Sequence::empty(&limits, longest))
             .collect();
         Engine {
             name: model.name,
@@ -258,6 +289,9 @@ impl Engine {
             paused: Vec::new(),
             cancelled: Vec::new(),
             last_prefill_client: None,
+            parked: Vec::new(),
+            spare: Vec::new(),
+            resume_tokens: Vec::with_capacity(limits.max_context),
             out: StepOutput::with_capacity(limits.max_seqs),
             step_buf: Vec::with_capacity(limits.max_seqs),
             launched: [
@@ -443,10 +477,12 @@ impl Engine {
     }
 
     fn pick_queued(&self) -> Option<usize> {
+        // A paused client's requests wait: admitted, they would hold slots it cannot use.
         let best = self
             .queue
             .iter()
             .filter_map(|&r| self.requests[r].as_ref())
+            .filter(|r| !self.paused.contains(&r.key.client))
             .map(|r| r.priority)
             .max()?;
         // Round robin: the first queued request of the first client after the last served.
@@ -456,7 +492,7 @@ impl Engine {
             let Some(req) = self.requests[r].as_ref() else {
                 return Some(i);
             };
-            if req.priority != best {
+            if req.priority != best || self.paused.contains(&req.key.client) {
                 continue;
             }
             let c = req.key.client;
@@ -507,6 +543,7 @@ impl Engine {
             seq.first_token_at = None;
             seq.last_token_at = None;
             seq.table.clear();
+            seq.output.clear();
         }
         // Pages: the primary holds the shared prompt pages and its own; the others share them.
         let primary = req.slots[0] as usize;
@@ -595,11 +632,25 @@ impl Engine {
             return;
         };
         for &slot in &req.slots {
+            if slot == PARKED {
+                continue;
+            }
             let seq = &mut self.seqs[slot as usize];
             if seq.active {
                 seq.active = false;
                 self.pool.release(&mut seq.table);
                 self.free_slots.push(slot);
+            }
+        }
+        let mut i = 0;
+        while i < self.parked.len() {
+            if self.parked[i].request == rid {
+                let mut seq = self.parked.swap_remove(i);
+                seq.active = false;
+                self.pool.release(&mut seq.table);
+                self.spare.push(seq);
+            } else {
+                i += 1;
             }
         }
         if let Some(qi) = self.queue.iter().position(|&r| r == rid) {
@@ -710,9 +761,127 @@ impl Engine {
                     Some(r) => r.slots[i],
                     None => break,
                 };
-                if self.seqs[slot as usize].active && self.seqs[slot as usize].request == rid {
+                if slot != PARKED
+                    && self.seqs[slot as usize].active
+                    && self.seqs[slot as usize].request == rid
+                {
                     self.finish_sample(slot, FinishReason::Cancelled, false, sink);
                 }
+            }
+            self.finish_parked(rid, FinishReason::Cancelled, sink);
+        }
+    }
+
+    /// End every parked sample of request `rid` with `reason` (no text flush: the request is
+    /// being cut short), and forget the request after its last sample.
+    fn finish_parked(&mut self, rid: usize, reason: FinishReason, sink: &mut dyn EventSink) {
+        let mut i = 0;
+        while i < self.parked.len() {
+            if self.parked[i].request != rid {
+                i += 1;
+                continue;
+            }
+            let mut seq = self.parked.swap_remove(i);
+            if let Some(req) = self.requests[rid].as_ref() {
+                let timings = self.timings(req, Some(&seq));
+                sink.emit(EngineEvent::Done {
+                    key: req.key,
+                    sample: seq.sample,
+                    reason,
+                    timings,
+                });
+            }
+            seq.active = false;
+            self.pool.release(&mut seq.table);
+            self.spare.push(seq);
+            let done = match self.requests[rid].as_mut() {
+                Some(req) => {
+                    req.samples_left = req.samples_left.saturating_sub(1);
+                    req.samples_left == 0
+                }
+                None => false,
+            };
+            if done {
+                self.remove_request(rid);
+                return;
+            }
+        }
+    }
+
+    /// Park the decoding samples of paused clients: each gives its slot back and keeps its
+    /// pages and state in a parked record (module docs).
+    fn park_paused(&mut self) {
+        if self.paused.is_empty() {
+            return;
+        }
+        for slot in 0..self.seqs.len() {
+            let seq = &self.seqs[slot];
+            if !seq.active || !seq.decoding {
+                continue;
+            }
+            let rid = seq.request;
+            let sample = usize::from(seq.sample);
+            let Some(req) = self.requests[rid].as_ref() else {
+                continue;
+            };
+            if !self.paused.contains(&req.key.client) {
+                continue;
+            }
+            let blank = match self.spare.pop() {
+                Some(blank) => blank,
+                None => Sequence::empty(&self.limits, self.tokens.longest()),
+            };
+            let seq = std::mem::replace(&mut self.seqs[slot], blank);
+            self.parked.push(seq);
+            self.free_slots.push(slot as u32);
+            if let Some(req) = self.requests[rid].as_mut() {
+                req.slots[sample] = PARKED;
+            }
+        }
+    }
+
+    /// Give parked samples of clients no longer paused a free slot again, oldest first, before
+    /// any new request is admitted.
+    fn resume_parked(&mut self, sink: &mut dyn EventSink) {
+        let mut i = 0;
+        while i < self.parked.len() && !self.free_slots.is_empty() {
+            let rid = self.parked[i].request;
+            let Some(req) = self.requests[rid].as_ref() else {
+                i += 1;
+                continue;
+            };
+            if self.paused.contains(&req.key.client) {
+                i += 1;
+                continue;
+            }
+            let mut seq = self.parked.remove(i);
+            let slot = self.free_slots.pop().unwrap_or_default();
+            // The new slot's device token ring holds its previous occupant's token: feed this
+            // sample's last token from the host, and mark the slot's new occupancy.
+            seq.input_sampled = false;
+            seq.epoch = self.seqs[slot as usize].epoch.wrapping_add(1);
+            let sample = usize::from(seq.sample);
+            // Rebuild the slot's sampling state: the prompt and the ids generated so far (the
+            // repetition penalty counts both), a random stream derived from seed, sample and
+            // position (module docs).
+            self.resume_tokens.clear();
+            self.resume_tokens.extend_from_slice(&req.prompt);
+            self.resume_tokens.extend_from_slice(&seq.output);
+            let seed = req
+                .sampling
+                .seed
+                .wrapping_add(sample as u64)
+                .wrapping_add(u64::from(seq.generated).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let started =
+                self.backend
+                    .start_sequence(slot, &req.sampling, seed, &self.resume_tokens);
+            let old = std::mem::replace(&mut self.seqs[slot as usize], seq);
+            self.spare.push(old);
+            if let Some(req) = self.requests[rid].as_mut() {
+                req.slots[sample] = slot;
+            }
+            if let Err(e) = started {
+                self.fail_request(rid, RequestError::Backend(e.to_string()), Some(&mut *sink));
             }
         }
     }
@@ -745,6 +914,7 @@ impl Engine {
         seq.generated += 1;
         seq.input = [id];
         seq.input_sampled = true;
+        seq.output.push(id);
         sink.emit(EngineEvent::Tokens {
             key,
             sample,
@@ -988,10 +1158,14 @@ impl InferenceEngine for Engine {
         if self.queue.len() >= self.max_queued {
             return Err(RequestError::Busy);
         }
-        if request.n_samples == 0 || usize::from(request.n_samples) > self.limits.max_seqs {
-            return Err(RequestError::InvalidParameter(
-                "n_samples must be between 1 and the engine's batch size",
-            ));
+        if request.n_samples == 0 {
+            return Err(RequestError::InvalidParameter("n_samples"));
+        }
+        if usize::from(request.n_samples) > self.limits.max_seqs {
+            return Err(RequestError::TooManySamples {
+                asked: request.n_samples,
+                max_batch: self.limits.max_seqs,
+            });
         }
         if request.max_tokens == 0 {
             return Err(RequestError::InvalidParameter("max_tokens must be > 0"));
@@ -1102,6 +1276,8 @@ impl InferenceEngine for Engine {
         }
         let now = Instant::now();
         self.process_cancels(sink);
+        self.park_paused();
+        self.resume_parked(sink);
         self.admit(now, sink);
         self.plan_prefill_order();
 
@@ -1221,10 +1397,14 @@ impl InferenceEngine for Engine {
                     Some(r) => r.slots[i],
                     None => break,
                 };
-                if self.seqs[slot as usize].active && self.seqs[slot as usize].request == rid {
+                if slot != PARKED
+                    && self.seqs[slot as usize].active
+                    && self.seqs[slot as usize].request == rid
+                {
                     self.finish_sample(slot, reason, false, sink);
                 }
             }
+            self.finish_parked(rid, reason, sink);
         }
         self.cancelled.clear();
     }
@@ -1235,6 +1415,9 @@ impl InferenceEngine for Engine {
             architecture: format!("{:?}", self.config.architecture),
             backend: self.backend_name.clone(),
             device: self.device.clone(),
+            dtype: self.config.dtype.name().to_owned(),
+            vocab_size: self.config.vocab_size as u32,
+            max_batch: self.limits.max_seqs as u32,
             max_context: self.limits.max_context as u32,
             kv_pages_total: self.limits.num_pages as u32,
             kv_page_tokens: self.limits.page_tokens as u32,

@@ -15,4 +15,4 @@ pub use api::{
 };
 pub use core::{Engine, EngineOptions};
 pub use detok::TokenTable;
-pub use model::{EngineModel, PromptEncoder};
+pub use model::{EngineModel, PromptEncoder, TextCodec};

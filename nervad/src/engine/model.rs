@@ -4,8 +4,37 @@
 //! Kept apart from the loader so the engine can be driven by any model source (a loaded
 //! Hugging Face snapshot, or weights built in memory by tests).
 
+use std::sync::Arc;
+
 use super::detok::TokenTable;
 use crate::model::{ModelConfig, ModelWeights};
+
+/// Text ↔ token ids through the model's tokenizer, for clients that ask the daemon to
+/// tokenize or detokenize (`TOKENIZE` / `DETOKENIZE` admin queries). Shared with the poll
+/// thread, which answers those queries off the hot path.
+pub trait TextCodec: Send + Sync {
+    /// Token ids of `text`; `add_special` adds what a text prompt gets (e.g. a leading bos).
+    fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String>;
+    /// Text of `ids`; `skip_special` leaves special tokens out. Ids outside the vocabulary are
+    /// an error naming the first one.
+    fn detokenize(&self, ids: &[u32], skip_special: bool) -> Result<String, String>;
+}
+
+impl TextCodec for crate::model::tokenizer::Tokenizer {
+    fn tokenize(&self, text: &str, add_special: bool) -> Result<Vec<u32>, String> {
+        self.encode(text, add_special).map_err(|e| e.to_string())
+    }
+
+    fn detokenize(&self, ids: &[u32], skip_special: bool) -> Result<String, String> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.len()) {
+            return Err(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                self.len()
+            ));
+        }
+        self.decode(ids, skip_special).map_err(|e| e.to_string())
+    }
+}
 
 /// Turns prompts into token ids.
 pub trait PromptEncoder: Send {
@@ -44,7 +73,7 @@ impl std::fmt::Debug for EngineModel {
 
 /// Prompt encoding through a loaded model's tokenizer and chat template.
 struct LoadedPrompts {
-    tokenizer: crate::model::tokenizer::Tokenizer,
+    tokenizer: Arc<crate::model::tokenizer::Tokenizer>,
     chat_template: Option<crate::model::chat_template::ChatTemplate>,
 }
 
@@ -69,22 +98,30 @@ impl PromptEncoder for LoadedPrompts {
 impl EngineModel {
     /// Everything the engine needs from a loaded Hugging Face snapshot.
     pub fn from_loaded(model: crate::model::LoadedModel) -> Self {
+        Self::from_loaded_with_codec(model).0
+    }
+
+    /// As [`EngineModel::from_loaded`], plus the tokenizer as a [`TextCodec`] the server can
+    /// share with the poll thread.
+    pub fn from_loaded_with_codec(model: crate::model::LoadedModel) -> (Self, Arc<dyn TextCodec>) {
         let eos_token_ids = model.eos_token_ids();
         let tok = &model.tokenizer;
         let mut tokens = TokenTable::new(
             (0..tok.len() as u32).map(|id| (tok.token_bytes(id), tok.is_special(id))),
         );
         tokens.set_strip_leading_space(tok.strips_leading_space());
-        EngineModel {
+        let tokenizer = Arc::new(model.tokenizer);
+        let engine_model = EngineModel {
             name: model.name,
             config: model.config,
             weights: model.weights,
             tokens,
             eos_token_ids,
             prompts: Box::new(LoadedPrompts {
-                tokenizer: model.tokenizer,
+                tokenizer: tokenizer.clone(),
                 chat_template: model.chat_template,
             }),
-        }
+        };
+        (engine_model, tokenizer)
     }
 }

@@ -35,6 +35,15 @@ impl DType {
             DType::F32 => 4,
         }
     }
+
+    /// Lower-case name, as `status` and model info report it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::BF16 => "bf16",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+        }
+    }
 }
 
 /// Rotary embedding frequency scaling.

@@ -1,6 +1,8 @@
 //! Safetensors checkpoints (single file or sharded with an index) → [`ModelWeights`].
 //!
-//! Files are memory-mapped; tensors are views into the mappings. Every header is validated by
+//! Files are read into daemon-owned memory (not mapped: a snapshot modified under a running
+//! daemon must not kill it with SIGBUS); tensors are views into those buffers. Every header is
+//! validated by
 //! the `safetensors` crate (offsets contiguous, sizes consistent with dtype and shape, buffer
 //! length exact) and every tensor is checked against the config before a view is built.
 
@@ -11,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use memmap2::{Mmap, MmapOptions};
 use safetensors::tensor::{Dtype, SafeTensors, TensorInfo};
 
 use super::config::{DType, ModelConfig};
@@ -80,19 +81,23 @@ struct TensorCatalog {
     report: WeightsReport,
 }
 
-fn map_file(path: &Path) -> Result<Mmap, ModelError> {
-    let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-    // SAFETY: the mapping is read-only and private to this process. A snapshot file that another
-    // process truncates or rewrites while we run would change or fault (SIGBUS) under us; model
-    // snapshots are treated as immutable, as every mmap-based loader (safetensors, candle,
-    // llama.cpp) does, and the daemon documents that a loaded snapshot must not be modified.
-    let map = unsafe { MmapOptions::new().map(&file) }.map_err(|e| ModelError::io(path, e))?;
-    #[cfg(unix)]
-    {
-        // Purely advisory: the kernel may start reading ahead; failure changes nothing.
-        let _ = map.advise(memmap2::Advice::WillNeed);
-    }
-    Ok(map)
+/// Read a whole file into daemon-owned, word-aligned memory. A mapping would be faster to set
+/// up, but a file truncated or replaced under the running daemon would turn the next weight
+/// access into SIGBUS; owned memory costs the same resident bytes (the weights are read in
+/// full at load anyway) and cannot change under us.
+fn read_file(path: &Path) -> Result<Storage, ModelError> {
+    use std::io::Read;
+    let mut file = File::open(path).map_err(|e| ModelError::io(path, e))?;
+    let len = usize::try_from(file.metadata().map_err(|e| ModelError::io(path, e))?.len())
+        .map_err(|_| safetensors_error(path, "file larger than the address space"))?;
+    let mut words = vec![0u32; len.div_ceil(4)];
+    // SAFETY: viewing initialized u32 words as bytes (no padding, every byte pattern valid);
+    // the slice covers exactly the vector's allocation and is the only reference to it.
+    let bytes =
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 4) };
+    file.read_exact(&mut bytes[..len])
+        .map_err(|e| ModelError::io(path, e))?;
+    Ok(Storage::Read { words, len })
 }
 
 fn safetensors_error(path: &Path, message: impl std::fmt::Display) -> ModelError {
@@ -157,10 +162,10 @@ impl TensorCatalog {
                     what: "a weight shard named by model.safetensors.index.json",
                 });
             }
-            let map = map_file(&path)?;
-            let (header_len, metadata) =
-                SafeTensors::read_metadata(&map).map_err(|e| safetensors_error(&path, e))?;
-            catalog.report.mapped_bytes += map.len() as u64;
+            let storage = read_file(&path)?;
+            let (header_len, metadata) = SafeTensors::read_metadata(storage.bytes())
+                .map_err(|e| safetensors_error(&path, e))?;
+            catalog.report.mapped_bytes += storage.bytes().len() as u64;
             let shard = catalog.shards.len();
             for (name, info) in metadata.tensors() {
                 if let Some(map) = &weight_map {
@@ -187,7 +192,7 @@ impl TensorCatalog {
             }
             catalog.shards.push(Shard {
                 path,
-                storage: Arc::new(Storage::Mapped(map)),
+                storage: Arc::new(storage),
                 data_start: 8 + header_len,
             });
         }

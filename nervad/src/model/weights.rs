@@ -1,20 +1,25 @@
 //! Weights as stored in the checkpoint, named like the tensors they come from.
 //!
-//! A [`Tensor`] is a typed view over bytes that stay in the checkpoint's memory map (or, for
-//! generated or re-aligned data, in an owned buffer). Backends convert 16-bit values to f32 on
+//! A [`Tensor`] is a typed view over the checkpoint's bytes, read into daemon-owned memory at
+//! load (or, for generated or re-aligned data, an owned buffer). Backends convert 16-bit values to f32 on
 //! the fly; nothing here quantizes or copies weights into another precision.
 
 use std::sync::Arc;
-
-use memmap2::Mmap;
 
 use super::config::DType;
 
 /// Backing memory of one or more tensors.
 #[derive(Debug)]
 pub enum Storage {
-    /// A read-only mapping of a safetensors file.
-    Mapped(Mmap),
+    /// A safetensors file read into daemon-owned memory at load, as `u32` words so every
+    /// f32/16-bit view is aligned; `len` is the file's exact byte length. Not a mapping: a file
+    /// truncated or replaced under a running daemon cannot fault (SIGBUS) its weights.
+    Read {
+        /// The file's bytes, zero-padded to whole words.
+        words: Vec<u32>,
+        /// Bytes of the file.
+        len: usize,
+    },
     /// Owned bytes, stored as `u32` words so any f32/16-bit view is aligned.
     Owned(Vec<u32>),
 }
@@ -22,7 +27,13 @@ pub enum Storage {
 impl Storage {
     pub(crate) fn bytes(&self) -> &[u8] {
         match self {
-            Storage::Mapped(map) => map,
+            Storage::Read { words, len } => {
+                // SAFETY: as for `Owned` below; `len` ≤ 4 × words.len() (set by the reader).
+                let bytes = unsafe {
+                    std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 4)
+                };
+                &bytes[..*len]
+            }
             Storage::Owned(words) => {
                 // SAFETY: u32 has no padding and any byte pattern is a valid u8; the slice
                 // covers exactly the vector's initialized words.

@@ -31,6 +31,56 @@ pub struct StatusContext {
     pub spin_us: u64,
     /// Most clients.
     pub max_clients: u32,
+    /// Largest ring a client may ask for at connect.
+    pub max_ring_entries: u32,
+    /// Largest input region a client may ask for at connect.
+    pub max_data_bytes: u64,
+}
+
+/// The asking client's own sizes, for `model_info`.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientSizes {
+    /// Submission ring entries.
+    pub sq_entries: u32,
+    /// Completion ring entries.
+    pub cq_entries: u32,
+    /// Input region bytes.
+    pub data_bytes: u64,
+    /// Output region bytes.
+    pub reply_bytes: u64,
+}
+
+/// `model_info` reply: what a client needs to size and validate its requests (the model, the
+/// daemon's limits, and this client's own ring and region sizes).
+pub fn model_info_json(ctx: &StatusContext, client: ClientSizes, tokenizer: bool) -> Value {
+    use nerva_rings::extension::{
+        MAX_STOP_STRING_BYTES, MAX_STOP_STRINGS, MAX_STOP_TOKENS, MAX_TOP_LOGPROBS,
+    };
+    json!({
+        "name": ctx.engine.model,
+        "architecture": ctx.engine.architecture,
+        "dtype": ctx.engine.dtype,
+        "vocab_size": ctx.engine.vocab_size,
+        "max_context": ctx.engine.max_context,
+        "backend": ctx.engine.backend,
+        "tokenizer": tokenizer,
+        "limits": {
+            "max_batch": ctx.engine.max_batch,
+            "max_samples": nerva_rings::MAX_SAMPLES,
+            "max_stop_strings": MAX_STOP_STRINGS,
+            "max_stop_string_bytes": MAX_STOP_STRING_BYTES,
+            "max_stop_token_ids": MAX_STOP_TOKENS,
+            "max_top_logprobs": MAX_TOP_LOGPROBS,
+            "max_ring_entries": ctx.max_ring_entries,
+            "max_data_bytes": ctx.max_data_bytes,
+        },
+        "client": {
+            "sq_entries": client.sq_entries,
+            "cq_entries": client.cq_entries,
+            "data_bytes": client.data_bytes,
+            "reply_bytes": client.reply_bytes,
+        },
+    })
 }
 
 /// One client's row in `clients`.
@@ -87,7 +137,10 @@ pub fn status_json(ctx: &StatusContext, uptime_s: f64, clients: usize, draining:
         "model": {
             "name": ctx.engine.model,
             "architecture": ctx.engine.architecture,
+            "dtype": ctx.engine.dtype,
+            "vocab_size": ctx.engine.vocab_size,
             "max_context": ctx.engine.max_context,
+            "max_batch": ctx.engine.max_batch,
         },
         "backend": ctx.engine.backend,
         "device": ctx.engine.device,

@@ -6,14 +6,24 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::engine::InferenceEngine;
+use std::sync::Arc;
+
+use crate::engine::{InferenceEngine, TextCodec};
 use crate::server::{self, ServeConfig};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Nerva inference daemon: loads one model and serves decode requests from client processes
 /// on this host over per-client shared-memory rings.
 #[derive(Debug, Parser)]
-#[command(name = "nervad", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "nervad",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "Logs go to stderr, coloured only on a terminal. Level: NERVA_LOG, else RUST_LOG \
+                  (e.g. NERVA_LOG=debug, NERVA_LOG=nervad::server=trace), else info.\n\
+                  Signals: SIGTERM/SIGINT drain (in-flight requests finish within \
+                  --drain-timeout); a second one during the drain exits at once."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -78,15 +88,16 @@ struct ServeArgs {
     /// Engine worker threads for the CPU backend (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// Most sequences (samples) the engine runs at once.
-    #[arg(long, default_value_t = 16)]
-    max_batch: usize,
+    /// Most sequences (samples) the engine runs at once (at least 1).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_batch: u32,
     /// Longest sequence served (0 = the model's max_position_embeddings).
     #[arg(long, default_value_t = 0)]
     max_context: usize,
-    /// Bytes of the KV pool (allocated at start).
-    #[arg(long, default_value_t = 1 << 30)]
-    kv_bytes: usize,
+    /// Bytes of the KV pool, allocated at start; units accepted (e.g. 512MiB, 2GiB, 1G). Must
+    /// fit the memory available now.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    kv_bytes: u64,
     /// Simulated compute per step of the test engine, in microseconds (test engine only).
     #[cfg(feature = "test-engine")]
     #[arg(long, default_value_t = 0)]
@@ -106,7 +117,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 50)]
     spin_us: u64,
     /// Most clients connected at once; further connects are refused with TooManyClients.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     max_clients: u32,
     /// Submission ring entries per client unless the client asks (power of two).
     #[arg(long, default_value_t = 256, value_parser = parse_pow2)]
@@ -115,11 +126,13 @@ struct ServeArgs {
     /// completion ring pauses that client's streams; nothing is dropped.
     #[arg(long, default_value_t = 1024, value_parser = parse_pow2)]
     cq_entries: u32,
-    /// Input region bytes per client (prompts, token ids, extension blocks) unless the client asks.
-    #[arg(long, default_value_t = 1 << 20)]
+    /// Input region bytes per client (prompts, token ids, extension blocks) unless the client
+    /// asks; units accepted (e.g. 1MiB); at least 4KiB.
+    #[arg(long, default_value = "1MiB", value_parser = parse_region_size)]
     data_bytes: u64,
-    /// Output region bytes per client (admin replies such as status/stats JSON).
-    #[arg(long, default_value_t = 256 << 10)]
+    /// Output region bytes per client (admin replies, tokenize results); units accepted; at
+    /// least 4KiB.
+    #[arg(long, default_value = "256KiB", value_parser = parse_region_size)]
     reply_bytes: u64,
     /// Segments created ahead of time so a connect costs no memfd creation.
     #[arg(long, default_value_t = 4)]
@@ -147,6 +160,72 @@ fn parse_octal(s: &str) -> Result<u32, String> {
     Ok(mode)
 }
 
+/// A byte size: a number with an optional unit, binary (KiB, MiB, GiB, TiB) or decimal (K/KB,
+/// M/MB, G/GB, T/TB), case-insensitive, e.g. `1GiB`, `512MiB`, `4096`, `1.5G`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 1GiB, 512MiB, 4096)"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        "t" | "tb" => 1_000_000_000_000,
+        "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (KiB, MiB, GiB, ...)"
+            ));
+        }
+    };
+    let bytes = number * scale as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 || bytes.fract() != 0.0 {
+        return Err(format!("{s:?} is not a whole number of bytes"));
+    }
+    Ok(bytes as u64)
+}
+
+fn parse_region_size(s: &str) -> Result<u64, String> {
+    let bytes = parse_size(s)?;
+    if bytes < 4096 {
+        return Err(format!("{bytes} bytes is below the 4KiB minimum"));
+    }
+    Ok(bytes)
+}
+
+/// `MemAvailable` of /proc/meminfo, in bytes (None where unreadable).
+fn memory_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Bytes as an operator reads them (binary units, one decimal).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 fn parse_pow2(s: &str) -> Result<u32, String> {
     let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
     if !n.is_power_of_two() || n < 2 {
@@ -156,10 +235,15 @@ fn parse_pow2(s: &str) -> Result<u32, String> {
 }
 
 fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    // NERVA_LOG, else RUST_LOG, else info (documented in --help).
     let filter = tracing_subscriber::EnvFilter::try_from_env("NERVA_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: escape codes in a log file or journal are noise.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -167,15 +251,21 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-/// The engine the daemon serves. The real engine plugs in here.
-fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
+/// The engine the daemon serves (the real engine plugs in here), and the tokenizer clients
+/// may use through the daemon (none for the test engine).
+type BuiltEngine = (Box<dyn InferenceEngine>, Option<Arc<dyn TextCodec>>);
+
+fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
     match args.engine {
         #[cfg(feature = "test-engine")]
         EngineKind::Test => {
             tracing::warn!("serving the deterministic TEST engine: outputs are not a model's");
-            Ok(Box::new(crate::test_engine::TestEngine::new(
-                Duration::from_micros(args.test_step_us),
-            )))
+            Ok((
+                Box::new(crate::test_engine::TestEngine::new(Duration::from_micros(
+                    args.test_step_us,
+                ))),
+                None,
+            ))
         }
         EngineKind::Model => {
             let dir = match &args.model {
@@ -184,18 +274,44 @@ fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
                 None => crate::model::generate::ensure_default_model()
                     .map_err(|e| format!("default model: {e}"))?,
             };
+            // The CPU backend allocates the KV pool in host memory at start: an impossible size
+            // is an error here, not an allocation abort later.
+            if let Some(available) = memory_available()
+                && args.kv_bytes > available
+            {
+                return Err(format!(
+                    "--kv-bytes {} exceeds the memory available now ({}); choose a smaller pool",
+                    human_bytes(args.kv_bytes),
+                    human_bytes(available)
+                ));
+            }
+            let kv_budget_bytes = usize::try_from(args.kv_bytes)
+                .map_err(|_| format!("--kv-bytes {} does not fit this machine", args.kv_bytes))?;
             tracing::info!(model = %dir.display(), "loading model");
             let loaded = crate::model::LoadedModel::load(&dir)
                 .map_err(|e| format!("model {}: {e}", dir.display()))?;
+            let model_context = loaded.config.max_position_embeddings;
+            if args.max_context > model_context {
+                tracing::warn!(
+                    max_context = args.max_context,
+                    model_context,
+                    "--max-context above the model's max_position_embeddings; serving the model's"
+                );
+            }
+            #[cfg(feature = "test-engine")]
+            if args.test_step_us != 0 {
+                tracing::warn!("--test-step-us only applies to --engine test; ignored");
+            }
             let options = crate::engine::EngineOptions {
-                max_batch: args.max_batch.max(1),
+                max_batch: args.max_batch as usize,
                 max_context: args.max_context,
-                kv_budget_bytes: args.kv_bytes,
+                kv_budget_bytes,
                 threads: args.threads,
                 ..crate::engine::EngineOptions::default()
             };
+            let (model, codec) = crate::engine::EngineModel::from_loaded_with_codec(loaded);
             let engine = crate::engine::Engine::with_backend(
-                crate::engine::EngineModel::from_loaded(loaded),
+                model,
                 options,
                 args.backend,
                 crate::backend::cuda::CudaOptions {
@@ -204,7 +320,7 @@ fn build_engine(args: &ServeArgs) -> Result<Box<dyn InferenceEngine>, String> {
                 },
             )
             .map_err(|e| format!("backend: {e}"))?;
-            Ok(Box::new(engine))
+            Ok((Box::new(engine), Some(codec)))
         }
     }
 }
@@ -220,15 +336,24 @@ fn serve(args: ServeArgs) -> ExitCode {
             .clone()
             .unwrap_or_else(server::listener::default_socket_path),
     );
+    config.create_socket_dir = args.socket.is_none();
     config.socket_mode = args.socket_mode;
     config.allow_uids = args.allow_uid.clone();
     config.allow_gids = args.allow_gid.clone();
     config.spin = Duration::from_micros(args.spin_us);
-    config.max_clients = args.max_clients.max(1);
+    config.max_clients = args.max_clients;
     config.sq_entries = args.sq_entries;
     config.cq_entries = args.cq_entries;
-    config.data_bytes = args.data_bytes.max(4096);
-    config.reply_bytes = args.reply_bytes.max(4096);
+    config.data_bytes = args.data_bytes;
+    config.reply_bytes = args.reply_bytes;
+    if config.data_bytes > config.max_data_bytes {
+        tracing::warn!(
+            data_bytes = config.data_bytes,
+            max_data_bytes = config.max_data_bytes,
+            "--data-bytes above the per-client maximum; clients get the maximum"
+        );
+        config.data_bytes = config.max_data_bytes;
+    }
     config.segment_pool = args.segment_pool;
     config.hugetlb = !args.no_hugetlb;
     config.mlock = !args.no_mlock;
@@ -241,14 +366,14 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let engine = match build_engine(&args) {
+    let (engine, codec) = match build_engine(&args) {
         Ok(e) => e,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::FAILURE;
         }
     };
-    match server::serve(config, engine, signals) {
+    match server::serve(config, engine, codec, signals) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "nervad failed");
@@ -285,5 +410,28 @@ pub fn main() -> ExitCode {
             }
         }
         None => serve(cli.serve),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_accept_units_and_refuse_nonsense() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("512mib"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5G"), Ok(1_500_000_000));
+        assert_eq!(parse_size(" 64 KiB "), Ok(64 << 10));
+        assert_eq!(parse_size("2TiB"), Ok(2 << 40));
+        for bad in ["", "GiB", "1.5B", "1QB", "-1", "1e3", "99999999999TiB"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_region_size("4095").is_err());
+        assert_eq!(parse_region_size("4KiB"), Ok(4096));
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(100), "100 B");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
     }
 }

@@ -8,6 +8,9 @@ use std::time::Duration;
 pub struct ServeConfig {
     /// Socket path.
     pub socket: PathBuf,
+    /// Create the socket's parent directory if missing (only for the default location: an
+    /// explicit path's directory is the operator's to create).
+    pub create_socket_dir: bool,
     /// Socket file mode.
     pub socket_mode: u32,
     /// Admitted uids (empty with `allow_gids` empty: the daemon's uid and the socket's group).
@@ -47,6 +50,7 @@ impl ServeConfig {
     pub fn with_socket(socket: PathBuf) -> Self {
         ServeConfig {
             socket,
+            create_socket_dir: true,
             socket_mode: 0o660,
             allow_uids: Vec::new(),
             allow_gids: Vec::new(),

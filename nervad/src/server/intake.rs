@@ -107,6 +107,60 @@ pub fn decode_generate(
     Ok((request, wire.flags))
 }
 
+/// The input of a `TOKENIZE` / `DETOKENIZE` admin query, decoded from the bytes copied out of
+/// the input region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminInput<'a> {
+    /// Text to tokenize; whether to add special tokens.
+    Text(&'a str, bool),
+    /// Ids to detokenize; whether to skip special tokens.
+    Ids(Vec<u32>, bool),
+}
+
+/// Decode a `TOKENIZE` / `DETOKENIZE` input (a private copy of the client's bytes). Refuses
+/// text that is not UTF-8 (with the offset) and id bytes that are not whole `u32`s. Pure, so
+/// the descriptor fuzz harness runs it too.
+pub fn decode_admin_input(
+    query: nerva_rings::AdminQuery,
+    options: nerva_rings::AdminOptions,
+    bytes: &[u8],
+) -> Result<AdminInput<'_>, Rejection> {
+    use nerva_rings::{AdminOptions, AdminQuery};
+    match query {
+        AdminQuery::Tokenize => {
+            let text = std::str::from_utf8(bytes).map_err(|e| {
+                Rejection::new(
+                    StatusCode::InvalidUtf8,
+                    format!("text is not UTF-8 at byte {}", e.valid_up_to()),
+                )
+            })?;
+            Ok(AdminInput::Text(
+                text,
+                options.contains(AdminOptions::ADD_SPECIAL_TOKENS),
+            ))
+        }
+        AdminQuery::Detokenize => {
+            if !bytes.len().is_multiple_of(4) {
+                return Err(Rejection::new(
+                    StatusCode::MisalignedTokenIds,
+                    format!("{} bytes are not whole u32 ids", bytes.len()),
+                ));
+            }
+            Ok(AdminInput::Ids(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+                options.contains(AdminOptions::SKIP_SPECIAL_TOKENS),
+            ))
+        }
+        other => Err(Rejection::new(
+            StatusCode::BadAdminQuery,
+            format!("admin query {other:?} takes no input"),
+        )),
+    }
+}
+
 /// Chat prompts must be a JSON array of objects with string `role` and `content`.
 fn check_chat_messages(text: &str) -> Result<(), Rejection> {
     let bad = |why: &str| Rejection::new(StatusCode::BadChatMessages, why);
@@ -134,6 +188,7 @@ pub fn status_for(error: &RequestError, prompt_was_chat: bool) -> StatusCode {
         RequestError::InvalidPrompt(_) if prompt_was_chat => StatusCode::BadChatMessages,
         RequestError::InvalidPrompt(_) => StatusCode::EmptyPrompt,
         RequestError::TooLong { .. } => StatusCode::PromptTooLong,
+        RequestError::TooManySamples { .. } => StatusCode::BadSampleCount,
         RequestError::BadToken(_) => StatusCode::TokenOutOfVocab,
         RequestError::InvalidParameter(name) => match *name {
             "temperature" => StatusCode::BadTemperature,

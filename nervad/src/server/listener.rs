@@ -66,11 +66,20 @@ fn seqpacket() -> nix::Result<OwnedFd> {
 
 impl DaemonSocket {
     /// Bind `path` with permissions `mode`. A leftover socket file whose daemon is gone is
-    /// removed; a live one is an error.
-    pub fn bind(path: &Path, mode: u32) -> Result<DaemonSocket, ListenError> {
+    /// removed; a live one is an error. `create_dir`: create a missing parent directory (the
+    /// default location); otherwise a missing directory is an error naming it.
+    pub fn bind(path: &Path, mode: u32, create_dir: bool) -> Result<DaemonSocket, ListenError> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
+            && !dir.is_dir()
         {
+            if !create_dir {
+                return Err(ListenError::Io {
+                    what: "socket directory (create it, or omit --socket for the default)",
+                    path: dir.to_path_buf(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                });
+            }
             std::fs::create_dir_all(dir).map_err(|source| ListenError::Io {
                 what: "create directory",
                 path: dir.to_path_buf(),

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32};
 pub use config::ServeConfig;
 use nerva_rings::EventFd;
 
+use crate::engine::TextCodec;
 use crate::engine::api::InferenceEngine;
 use acceptor::{Acceptor, AcceptorShared};
 use admin::StatusContext;
@@ -65,14 +66,16 @@ fn setup(what: &'static str) -> impl FnOnce(std::io::Error) -> ServerError {
 }
 
 /// Serve until SIGTERM/SIGINT (or an admin shutdown) and a completed drain. `signals` must
-/// have been created before any thread was spawned.
+/// have been created before any thread was spawned. `codec` answers clients' tokenize and
+/// detokenize queries (`None`: those queries are refused).
 pub fn serve(
     config: ServeConfig,
     engine: Box<dyn InferenceEngine>,
+    codec: Option<Arc<dyn TextCodec>>,
     signals: ShutdownSignals,
 ) -> Result<(), ServerError> {
     let uid = nix::unistd::geteuid().as_raw();
-    let socket = DaemonSocket::bind(&config.socket, config.socket_mode)?;
+    let socket = DaemonSocket::bind(&config.socket, config.socket_mode, config.create_socket_dir)?;
     let policy = AccessPolicy::new(&config.allow_uids, &config.allow_gids, uid, socket.group());
     let info = engine.info();
     let socket_path = socket.path().display().to_string();
@@ -136,6 +139,8 @@ pub fn serve(
         ),
         spin_us: config.spin.as_micros() as u64,
         max_clients: config.max_clients,
+        max_ring_entries: config.max_ring_entries,
+        max_data_bytes: config.max_data_bytes,
     };
 
     let worker = EngineWorker::new(engine, cmd_rx, out_tx, engine_notifier, stats.clone());
@@ -161,6 +166,7 @@ pub fn serve(
         stats,
         status,
         staging,
+        codec,
     })
     .map_err(setup("epoll"))?;
     let clean = poll.run();

@@ -23,22 +23,25 @@ use nerva_rings::handshake::{
     ABI_VERSION, HandshakeStatus, WELCOME_MAGIC, WELCOME_MESSAGE_LEN, Welcome,
 };
 use nerva_rings::{
-    AdminQuery, AdminReply, ByteRange, Completion, Consumer, Descriptor, EventFd, EventKind,
-    Notifier, Producer, PushError, RegionReader, RegionWriter, Request, StatusCode, Waiter,
-    WakeFlag,
+    AdminOptions, AdminQuery, AdminReply, ByteRange, Completion, Consumer, Descriptor, EventFd,
+    EventKind, Notifier, Producer, PushError, RegionReader, RegionWriter, Request, StatusCode,
+    Waiter, WakeFlag,
 };
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::acceptor::{AcceptorShared, NewClient};
-use super::admin::{ClientRow, StatusContext, clients_json, status_json};
+use super::admin::{
+    ClientRow, ClientSizes, StatusContext, clients_json, model_info_json, status_json,
+};
 use super::alloc_count::thread_allocations;
 use super::config::ServeConfig;
 use super::engine_thread::{EngineCommand, EngineOutput};
-use super::intake::decode_generate;
+use super::intake::{AdminInput, decode_admin_input, decode_generate};
 use super::listener::send_welcome;
 use super::policy::PeerCredentials;
 use super::signals::ShutdownSignals;
 use super::stats::{LatencyStats, TokenLedger};
+use crate::engine::TextCodec;
 use crate::engine::api::{ClientId, RequestKey};
 
 const TOKEN_SIGNAL: u64 = u64::MAX;
@@ -144,6 +147,8 @@ struct PendingAdmin {
     tag: u64,
     query: AdminQuery,
     reply: ByteRange,
+    input: Option<ByteRange>,
+    options: AdminOptions,
 }
 
 /// The poll thread's state.
@@ -177,6 +182,7 @@ pub struct PollLoop {
     alloc_baseline: u64,
     cold_allocations: u64,
     engine_failed: bool,
+    codec: Option<Arc<dyn TextCodec>>,
 }
 
 /// The pieces [`PollLoop::new`] needs.
@@ -205,6 +211,8 @@ pub struct PollLoopParts {
     pub status: StatusContext,
     /// Pre-allocated prompt staging buffer.
     pub staging: Vec<u8>,
+    /// The tokenizer for clients' tokenize / detokenize queries (`None`: refused).
+    pub codec: Option<Arc<dyn TextCodec>>,
 }
 
 impl PollLoop {
@@ -255,6 +263,7 @@ impl PollLoop {
             alloc_baseline: 0,
             cold_allocations: 0,
             engine_failed: false,
+            codec: parts.codec,
         })
     }
 
@@ -493,7 +502,13 @@ impl PollLoop {
                         }));
                 }
             }
-            Request::Admin { tag, query, reply } => {
+            Request::Admin {
+                tag,
+                query,
+                reply,
+                input,
+                options,
+            } => {
                 self.ledger.admin += 1;
                 if self.pending_admin.len() == self.pending_admin.capacity() {
                     tx.reject(
@@ -508,6 +523,8 @@ impl PollLoop {
                         tag,
                         query,
                         reply,
+                        input,
+                        options,
                     });
                 }
             }
@@ -606,46 +623,21 @@ impl PollLoop {
     fn answer_admin(&mut self) {
         let pending = std::mem::take(&mut self.pending_admin);
         for a in &pending {
-            let json = match a.query {
-                AdminQuery::Status => status_json(
-                    &self.status,
-                    self.started.elapsed().as_secs_f64(),
-                    self.clients.iter().flatten().count(),
-                    self.phase != Phase::Serving,
-                ),
-                AdminQuery::Clients => clients_json(&self.client_rows()),
-                AdminQuery::Stats => {
-                    self.update_hot_allocations();
-                    serde_json::json!({
-                        "ledger": self.ledger.to_json(),
-                        "engine": self.stats.to_json(),
-                    })
-                }
-                AdminQuery::Shutdown => {
-                    let peer = self.clients[a.slot].as_ref().map(|c| c.tx.peer.uid);
-                    if peer == Some(0) || peer == Some(self.daemon_uid) {
-                        self.begin_drain("admin shutdown request");
-                        serde_json::json!({"draining": true})
-                    } else {
-                        if let Some(conn) = self.clients[a.slot].as_mut() {
-                            conn.tx.reject(
-                                a.tag,
-                                StatusCode::PermissionDenied,
-                                "shutdown needs the daemon's uid",
-                                &mut self.ledger,
-                            );
-                        }
-                        continue;
+            let body = match self.admin_body(a) {
+                Ok(body) => body,
+                Err((status, detail)) => {
+                    if let Some(conn) = self.clients[a.slot].as_mut() {
+                        conn.tx.reject(a.tag, status, &detail, &mut self.ledger);
                     }
+                    continue;
                 }
             };
-            let text = json.to_string();
             let Some(conn) = self.clients[a.slot].as_mut() else {
                 continue;
             };
             let cap = a.reply.len as usize;
-            let (status, written) = if text.len() <= cap {
-                (StatusCode::Ok, text.len())
+            let (status, written) = if body.len() <= cap {
+                (StatusCode::Ok, body.len())
             } else {
                 (StatusCode::ReplyTruncated, 0)
             };
@@ -653,7 +645,7 @@ impl PollLoop {
                 && conn
                     .tx
                     .output
-                    .write(a.reply.offset, &text.as_bytes()[..written])
+                    .write(a.reply.offset, &body[..written])
                     .is_err()
             {
                 conn.tx.reject(
@@ -669,13 +661,91 @@ impl PollLoop {
                 query: a.query as u8,
                 offset: a.reply.offset,
                 len: written as u32,
-                required: u32::try_from(text.len()).unwrap_or(u32::MAX),
+                required: u32::try_from(body.len()).unwrap_or(u32::MAX),
             };
             conn.tx
                 .emit(Completion::admin_reply(a.tag, &reply), &mut self.ledger);
         }
         self.pending_admin = pending;
         self.pending_admin.clear();
+    }
+
+    /// The reply bytes of one admin query, or the status and detail of its refusal.
+    fn admin_body(&mut self, a: &PendingAdmin) -> Result<Vec<u8>, (StatusCode, String)> {
+        let json = match a.query {
+            AdminQuery::Status => status_json(
+                &self.status,
+                self.started.elapsed().as_secs_f64(),
+                self.clients.iter().flatten().count(),
+                self.phase != Phase::Serving,
+            ),
+            AdminQuery::Clients => clients_json(&self.client_rows()),
+            AdminQuery::Stats => {
+                self.update_hot_allocations();
+                serde_json::json!({
+                    "ledger": self.ledger.to_json(),
+                    "engine": self.stats.to_json(),
+                })
+            }
+            AdminQuery::Shutdown => {
+                let peer = self.clients[a.slot].as_ref().map(|c| c.tx.peer.uid);
+                if peer == Some(0) || peer == Some(self.daemon_uid) {
+                    self.begin_drain("admin shutdown request");
+                    serde_json::json!({"draining": true})
+                } else {
+                    return Err((
+                        StatusCode::PermissionDenied,
+                        "shutdown needs the daemon's uid".into(),
+                    ));
+                }
+            }
+            AdminQuery::ModelInfo => {
+                let Some(conn) = self.clients[a.slot].as_ref() else {
+                    return Err((StatusCode::Internal, "client gone".into()));
+                };
+                let sizes = ClientSizes {
+                    sq_entries: conn.sq.capacity(),
+                    cq_entries: conn.tx.cq.capacity(),
+                    data_bytes: conn.tx.input.len(),
+                    reply_bytes: conn.tx.output.len(),
+                };
+                model_info_json(&self.status, sizes, self.codec.is_some())
+            }
+            AdminQuery::Tokenize | AdminQuery::Detokenize => return self.convert_text(a),
+        };
+        Ok(json.to_string().into_bytes())
+    }
+
+    /// TOKENIZE / DETOKENIZE: copy the input out of shared memory once, then convert the
+    /// private copy (read once, copy, validate).
+    fn convert_text(&mut self, a: &PendingAdmin) -> Result<Vec<u8>, (StatusCode, String)> {
+        let Some(codec) = self.codec.clone() else {
+            return Err((
+                StatusCode::BadAdminQuery,
+                "this engine has no tokenizer".into(),
+            ));
+        };
+        let (Some(input), Some(conn)) = (a.input, self.clients[a.slot].as_ref()) else {
+            return Err((StatusCode::Internal, "no input".into()));
+        };
+        let mut bytes = vec![0u8; input.len as usize];
+        conn.tx
+            .input
+            .read(input.offset, &mut bytes)
+            .map_err(|_| (StatusCode::PromptOutOfRange, "input range".to_string()))?;
+        match decode_admin_input(a.query, a.options, &bytes) {
+            Err(rejection) => Err((rejection.status, rejection.detail)),
+            Ok(AdminInput::Text(text, add_special)) => {
+                let ids = codec
+                    .tokenize(text, add_special)
+                    .map_err(|e| (StatusCode::Internal, e))?;
+                Ok(ids.iter().flat_map(|id| id.to_le_bytes()).collect())
+            }
+            Ok(AdminInput::Ids(ids, skip_special)) => codec
+                .detokenize(&ids, skip_special)
+                .map(String::into_bytes)
+                .map_err(|e| (StatusCode::TokenOutOfVocab, e)),
+        }
     }
 
     fn client_rows(&mut self) -> Vec<ClientRow> {
@@ -725,6 +795,15 @@ impl PollLoop {
                 TOKEN_SIGNAL => {
                     self.ledger.syscalls += 1;
                     if let Some(sig) = self.signals.take() {
+                        if self.phase != Phase::Serving {
+                            // A second SIGINT/SIGTERM during the drain: the operator wants
+                            // out now. Clients see the hang-up; the kernel reclaims the rest.
+                            tracing::warn!(
+                                signal = sig.as_str(),
+                                "second signal while draining: exiting now"
+                            );
+                            std::process::exit(130);
+                        }
                         self.cold(|s| s.begin_drain(sig.as_str()));
                     }
                 }
@@ -935,6 +1014,12 @@ impl PollLoop {
         if !conn.tx.requests.is_empty() || conn.tx.paused {
             self.pending_commands
                 .push_back(EngineCommand::DropClient(conn.tx.id));
+        }
+        // A client that died mid-stream: its samples end without a Done, but they were
+        // cancelled all the same, and `stats` says so.
+        let abandoned: u64 = conn.tx.requests.values().map(|&n| u64::from(n)).sum();
+        if abandoned > 0 {
+            self.stats.record_abandoned(abandoned);
         }
         self.pending_admin.retain(|a| a.slot != slot);
         tracing::info!(

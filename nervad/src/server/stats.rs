@@ -157,6 +157,14 @@ impl LatencyStats {
         self.window_tokens[slot].fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Record `samples` samples that ended without a `Done` (their client hung up mid-stream:
+    /// the engine drops them silently), as cancelled.
+    pub fn record_abandoned(&self, samples: u64) {
+        if let Ok(mut h) = self.inner.lock() {
+            h.finished[reason_index(FinishReason::Cancelled)] += samples;
+        }
+    }
+
     /// Record a finished sample.
     pub fn record_done(&self, reason: FinishReason, t: &RequestTimings) {
         let Ok(mut h) = self.inner.lock() else {

@@ -8,6 +8,10 @@
 //!   bytes, indices, descriptors, data), reconnecting whenever the daemon drops it; prints
 //!   `{"corruptions":…,"reconnects":…}`.
 //! - `connect-as SOCKET UID GID`: drop to uid/gid, connect, print the error code (0 = accepted).
+//! - `stall SOCKET REQUESTS MAX_TOKENS CQ_ENTRIES`: connect with a `CQ_ENTRIES` completion ring,
+//!   submit `REQUESTS` greedy generations, print `submitted`, then read nothing until a line
+//!   arrives on stdin (its ring fills and the daemon pauses it); then collect everything and
+//!   print one JSON line per request: `{"tokens":…,"text_bytes":…,"finish":…,"generated":…}`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -195,6 +199,81 @@ fn connect_as(socket: &Path, uid: u32, gid: u32) -> Result<(), String> {
     Ok(())
 }
 
+fn stall(socket: &Path, requests: u32, max_tokens: u32, cq_entries: u32) -> Result<(), String> {
+    use std::io::BufRead;
+    let mut client = Client::connect_with(&nerva_client::ConnectOptions {
+        socket: Some(socket.to_path_buf()),
+        sizes: nerva_client::RingSizes {
+            cq_entries,
+            ..nerva_client::RingSizes::default()
+        },
+        ..nerva_client::ConnectOptions::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let params = GenerateParams {
+        max_tokens,
+        temperature: 0.0,
+        ignore_eos: true,
+        ..GenerateParams::default()
+    };
+    let mut tags = Vec::new();
+    for r in 0..requests {
+        let prompt = prompt_for(99, r);
+        let tag = client
+            .submit_generate(Prompt::Text(&prompt), &params)
+            .map_err(|e| e.to_string())?;
+        tags.push(tag);
+    }
+    println!("submitted");
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    // (tokens, text bytes, finish, generated per Done)
+    let mut out: Vec<(usize, usize, String, u32)> = vec![(0, 0, String::new(), 0); tags.len()];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while out.iter().any(|o| o.2.is_empty()) {
+        if Instant::now() > deadline {
+            return Err("requests did not finish after the stall".into());
+        }
+        client
+            .wait(Some(Duration::from_secs(1)))
+            .map_err(|e| e.to_string())?;
+        let mut failure = None;
+        client
+            .poll_with(|e| {
+                let Some(i) = e.tag().and_then(|t| tags.iter().position(|&x| x == t)) else {
+                    return;
+                };
+                match e {
+                    EventRef::Tokens { ids, .. } => out[i].0 += ids.len(),
+                    EventRef::Text { text, .. } => out[i].1 += text.len(),
+                    EventRef::Done {
+                        reason, timings, ..
+                    } => {
+                        out[i].2 = reason.name().to_string();
+                        out[i].3 = timings.generated_tokens;
+                    }
+                    EventRef::Error { detail, .. } => failure = Some(detail.to_string()),
+                    _ => {}
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some(f) = failure {
+            return Err(format!("request failed: {f}"));
+        }
+    }
+    for (tokens, text_bytes, finish, generated) in out {
+        println!(
+            "{}",
+            serde_json::json!({"tokens": tokens, "text_bytes": text_bytes, "finish": finish,
+                               "generated": generated})
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
@@ -206,6 +285,7 @@ fn main() -> ExitCode {
         "hold" => hold(socket),
         "hostile" => hostile(socket, num(3), num(4)),
         "connect-as" => connect_as(socket, num(3) as u32, num(4) as u32),
+        "stall" => stall(socket, num(3) as u32, num(4) as u32, num(5) as u32),
         other => Err(format!("unknown mode {other:?}")),
     };
     match result {

@@ -126,9 +126,19 @@ pub fn run(a: &DemoArgs) -> Result<(), Error> {
         n_samples: 1,
         top_logprobs: 0,
         priority: 0,
+        logprobs: false,
     };
+    if a.model.is_none() {
+        eprintln!(
+            "nervactl demo: the default model has RANDOM weights: the text below is noise that \
+             shows the pipeline working, not a model's answer"
+        );
+    }
     println!("{}", a.prompt);
-    let outcome = generate::run(Some(&socket), &generation, false);
+    let outcome = generate::run(Some(&socket), &generation, false, None);
+    if a.model.is_none() {
+        eprintln!("nervactl demo: (random-weight model: the text above is noise by design)");
+    }
 
     // Drain and stop the daemon whatever the generation did; report the generation's error first.
     let stopped = Client::connect(Some(&socket)).and_then(|mut c| c.shutdown_daemon().map(drop));

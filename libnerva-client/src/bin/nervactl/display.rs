@@ -24,7 +24,10 @@ pub fn print_status(json: &str, as_json: bool) {
     let rows = [
         ("model", &v["model"]["name"]),
         ("architecture", &v["model"]["architecture"]),
-        ("max context", &v["model"]["max_context"]),
+        ("dtype", &v["model"]["dtype"]),
+        ("vocab size", &v["model"]["vocab_size"]),
+        ("max context (tokens)", &v["model"]["max_context"]),
+        ("max batch (seqs)", &v["model"]["max_batch"]),
         ("backend", &v["backend"]),
         ("device", &v["device"]),
         ("daemon pid", &v["daemon"]["pid"]),
@@ -47,17 +50,20 @@ pub fn print_status(json: &str, as_json: bool) {
         ("kv page tokens", &v["kv"]["page_tokens"]),
     ];
     for (k, val) in rows {
-        println!("{k:<20} {}", s(val));
+        println!("{k:<21} {}", s(val));
     }
 }
 
-/// `clients`.
-pub fn print_clients(json: &str, as_json: bool) {
+/// `clients`; `hide_pid`: leave out the connections of this process (nervactl's own).
+pub fn print_clients(json: &str, as_json: bool, hide_pid: Option<u32>) {
+    let mut v = parse(json);
+    if let (Some(pid), Some(rows)) = (hide_pid, v.as_array_mut()) {
+        rows.retain(|r| r["pid"].as_u64() != Some(u64::from(pid)));
+    }
     if as_json {
-        println!("{json}");
+        println!("{v}");
         return;
     }
-    let v = parse(json);
     let empty = Vec::new();
     let rows = v.as_array().unwrap_or(&empty);
     println!(

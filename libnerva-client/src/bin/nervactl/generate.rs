@@ -10,6 +10,7 @@ use nerva_client::{Client, Error, EventRef, GenerateParams, Prompt, status_code}
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     /// The prompt (text; with --tokens comma-separated ids; with --chat a JSON message array).
+    /// `-` reads it from stdin, `@FILE` from a file.
     pub prompt: String,
     /// Treat the prompt as comma-separated token ids.
     #[arg(long, conflicts_with = "chat")]
@@ -62,12 +63,56 @@ pub struct GenerateArgs {
     /// Priority (higher first).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub priority: i8,
+    /// Print the log-probability of each generated token (a table after the text; with
+    /// --json, a `logprobs` array per sample).
+    #[arg(long)]
+    pub logprobs: bool,
+}
+
+/// The prompt text: the argument, stdin for `-`, a file for `@FILE`.
+fn read_prompt(arg: &str) -> Result<String, Error> {
+    use std::io::Read;
+    if arg == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| Error::InvalidArgument(format!("prompt from stdin: {e}")))?;
+        return Ok(text);
+    }
+    if let Some(path) = arg.strip_prefix('@') {
+        return std::fs::read_to_string(path)
+            .map_err(|e| Error::InvalidArgument(format!("prompt file {path}: {e}")));
+    }
+    Ok(arg.to_owned())
+}
+
+/// A duration as an operator reads it.
+fn human(d: std::time::Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else if us < 1e6 {
+        format!("{:.1} ms", us / 1e3)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
 }
 
 /// Run it.
-pub fn run(socket: Option<&Path>, a: &GenerateArgs, as_json: bool) -> Result<(), Error> {
+pub fn run(
+    socket: Option<&Path>,
+    a: &GenerateArgs,
+    as_json: bool,
+    timeout: Option<std::time::Duration>,
+) -> Result<(), Error> {
+    let prompt_text = read_prompt(&a.prompt)?;
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
     let mut client = Client::connect(socket)?;
+    if let Some(t) = timeout {
+        client.set_reply_timeout(t);
+    }
     let params = GenerateParams {
+        user_data: 0,
         max_tokens: a.max_tokens,
         temperature: a.temperature,
         top_k: a.top_k,
@@ -83,46 +128,60 @@ pub fn run(socket: Option<&Path>, a: &GenerateArgs, as_json: bool) -> Result<(),
         n_samples: a.n_samples,
         top_logprobs: a.top_logprobs,
         priority: a.priority,
-        stream_tokens: as_json,
+        stream_tokens: as_json || a.logprobs,
         stream_text: true,
-        logprobs: as_json,
+        logprobs: a.logprobs,
     };
     let ids: Vec<u32>;
     let prompt = if a.tokens {
-        ids = a
-            .prompt
+        ids = prompt_text
             .split(',')
             .map(|t| t.trim().parse::<u32>())
             .collect::<Result<_, _>>()
             .map_err(|e| Error::InvalidArgument(format!("token ids: {e}")))?;
         Prompt::Tokens(&ids)
     } else if a.chat {
-        Prompt::Chat(&a.prompt)
+        Prompt::Chat(&prompt_text)
     } else {
-        Prompt::Text(&a.prompt)
+        Prompt::Text(&prompt_text)
     };
-    client.submit_generate(prompt, &params)?;
+    let tag = client.submit_generate(prompt, &params)?;
     let n = usize::from(a.n_samples);
     let mut texts = vec![String::new(); n];
     let mut tokens: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut logprobs: Vec<Vec<f32>> = vec![Vec::new(); n];
+    let mut reader_gone = false;
     let mut finished = 0;
     let mut failure: Option<Error> = None;
     let mut summaries = Vec::new();
     let stdout = std::io::stdout();
     while finished < n && failure.is_none() {
-        client.wait(None)?;
+        let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Err(Error::Timeout);
+        }
+        client.wait(left)?;
         client.poll_with(|e| match e {
             EventRef::Text { sample, text, .. } => {
                 let i = usize::from(sample).min(n - 1);
                 texts[i].push_str(text);
-                if sample == 0 && !as_json {
+                if sample == 0 && !as_json && !reader_gone {
                     let mut out = stdout.lock();
-                    let _ = out.write_all(text.as_bytes());
-                    let _ = out.flush();
+                    // A reader that went away (closed pipe) ends the generation.
+                    reader_gone = out
+                        .write_all(text.as_bytes())
+                        .and_then(|()| out.flush())
+                        .is_err();
                 }
             }
-            EventRef::Tokens { sample, ids, .. } => {
+            EventRef::Tokens {
+                sample,
+                ids,
+                logprobs: lps,
+                ..
+            } => {
                 tokens[usize::from(sample).min(n - 1)].extend_from_slice(ids);
+                logprobs[usize::from(sample).min(n - 1)].extend_from_slice(lps);
             }
             EventRef::Done {
                 sample,
@@ -142,19 +201,22 @@ pub fn run(socket: Option<&Path>, a: &GenerateArgs, as_json: bool) -> Result<(),
                 }));
                 if !as_json && sample == 0 {
                     eprintln!(
-                        "\n[{}; {} prompt + {} generated tokens; queue {:?}, first token {:?}, inter-token {:?}]",
+                        "\n[finish: {} | prompt: {} tokens | generated: {} tokens | queue: {} | first token: {} | inter-token: {}]",
                         reason.name(),
                         timings.prompt_tokens,
                         timings.generated_tokens,
-                        timings.queue,
-                        timings.time_to_first_token,
-                        timings.inter_token()
+                        human(timings.queue),
+                        human(timings.time_to_first_token),
+                        human(timings.inter_token())
                     );
                 }
             }
             EventRef::Error { status, detail, .. } => {
                 failure = Some(match status_code(status) {
-                    Some(code) => Error::Rejected(code),
+                    Some(code) => Error::Refused {
+                        status: code,
+                        detail: detail.to_owned(),
+                    },
                     None => Error::Protocol(format!("status {status}: {detail}")),
                 });
             }
@@ -163,13 +225,24 @@ pub fn run(socket: Option<&Path>, a: &GenerateArgs, as_json: bool) -> Result<(),
             }
             EventRef::TopLogprobs { .. } => {}
         })?;
+        if reader_gone {
+            // Cancel explicitly (closing would too) and stop without an error.
+            let _ = client.cancel(tag);
+            return Ok(());
+        }
     }
     if let Some(e) = failure {
         return Err(e);
     }
     if as_json {
         let samples: Vec<_> = (0..n)
-            .map(|i| serde_json::json!({"text": texts[i], "tokens": tokens[i]}))
+            .map(|i| {
+                let mut s = serde_json::json!({"text": texts[i], "tokens": tokens[i]});
+                if a.logprobs {
+                    s["logprobs"] = serde_json::json!(logprobs[i]);
+                }
+                s
+            })
             .collect();
         println!(
             "{}",
@@ -178,6 +251,15 @@ pub fn run(socket: Option<&Path>, a: &GenerateArgs, as_json: bool) -> Result<(),
     } else {
         for (i, t) in texts.iter().enumerate().skip(1) {
             println!("\n--- sample {i} ---\n{t}");
+        }
+        if a.logprobs {
+            for i in 0..n {
+                println!("\n--- sample {i}: log-probabilities ---");
+                println!("{:>5} {:>8} {:>9}", "pos", "token id", "logprob");
+                for (pos, (id, lp)) in tokens[i].iter().zip(&logprobs[i]).enumerate() {
+                    println!("{pos:>5} {id:>8} {lp:>9.4}");
+                }
+            }
         }
     }
     Ok(())

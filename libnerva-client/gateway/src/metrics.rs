@@ -244,6 +244,24 @@ fn render_daemon(
         );
         gauge(
             out,
+            "nerva_daemon_kv_pages_used",
+            "KV pages held by running, parked or forked sequences.",
+            num(s.pointer("/kv/pages_used")),
+        );
+        gauge(
+            out,
+            "nerva_daemon_queued_requests",
+            "Requests waiting for admission in the daemon's engine.",
+            num(s.pointer("/scheduler/queued")),
+        );
+        gauge(
+            out,
+            "nerva_daemon_running_sequences",
+            "Sequences holding a batch slot.",
+            num(s.pointer("/scheduler/running")),
+        );
+        gauge(
+            out,
             "nerva_daemon_kv_page_tokens",
             "Tokens per KV page.",
             num(s.pointer("/kv/page_tokens")),
@@ -356,7 +374,8 @@ mod tests {
         m.request(0, 200);
         m.request(1, 429);
         let status = serde_json::json!({"daemon": {"clients": 3, "uptime_s": 1.5},
-            "kv": {"pages_total": 64, "page_tokens": 16}});
+            "kv": {"pages_total": 64, "pages_used": 10, "page_tokens": 16},
+            "scheduler": {"running": 2, "queued": 5, "parked": 0}});
         let stats = serde_json::json!({"ledger": {"generates": 7},
             "engine": {"tokens_generated": 99, "tokens_per_s_last_10s": 2.0,
             "samples_finished": {"stop": 1}, "latency": {"queue": {"count": 5, "p50_us": 10,
@@ -371,6 +390,8 @@ mod tests {
             "nerva_daemon_up 1",
             "nerva_daemon_clients 3",
             "nerva_daemon_kv_pages_total 64",
+            "nerva_daemon_kv_pages_used 10",
+            "nerva_daemon_queued_requests 5",
             "nerva_daemon_requests_in_flight 3",
             "nerva_daemon_completion_backlog 4",
             "nerva_daemon_tokens_generated_total 99",

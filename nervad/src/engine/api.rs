@@ -255,6 +255,13 @@ pub trait InferenceEngine: Send {
     fn info(&self) -> EngineInfo;
     /// Number of requests admitted and not yet finished.
     fn in_flight(&self) -> usize;
+
+    /// Store the engine's live figures (KV pages, scheduler counts, the backend's device
+    /// ledger) into `gauges`; the engine thread calls this after every step, admin replies read
+    /// it from the poll thread.
+    fn publish(&self, gauges: &EngineGauges) {
+        let _ = gauges;
+    }
 }
 
 /// A sink that drops every event (retiring steps whose results nobody waits for).
@@ -263,4 +270,82 @@ pub struct DiscardEvents;
 
 impl EventSink for DiscardEvents {
     fn emit(&mut self, _: EngineEvent<'_>) {}
+}
+
+/// Live engine figures, published by the engine thread after each step with relaxed stores and
+/// read by admin replies (a snapshot, not a transaction: each figure is individually current).
+#[derive(Debug, Default)]
+pub struct EngineGauges {
+    /// KV pages in use (held by running, parked or forked sequences).
+    pub kv_pages_used: std::sync::atomic::AtomicU64,
+    /// KV pages in the pool.
+    pub kv_pages_total: std::sync::atomic::AtomicU64,
+    /// Sequences holding a batch slot.
+    pub running: std::sync::atomic::AtomicU64,
+    /// Requests waiting for admission.
+    pub queued: std::sync::atomic::AtomicU64,
+    /// Samples of paused clients parked without a slot.
+    pub parked: std::sync::atomic::AtomicU64,
+    /// The backend's cumulative device ledger.
+    pub steps: std::sync::atomic::AtomicU64,
+    /// Steps that replayed a captured graph.
+    pub graph_steps: std::sync::atomic::AtomicU64,
+    /// Plain kernel launches.
+    pub launches: std::sync::atomic::AtomicU64,
+    /// Kernel nodes replayed through graphs.
+    pub graph_nodes: std::sync::atomic::AtomicU64,
+    /// Host waits the step results needed.
+    pub hard_syncs: std::sync::atomic::AtomicU64,
+    /// Waits a policy asked for (logits for dumps).
+    pub policy_syncs: std::sync::atomic::AtomicU64,
+    /// Bytes copied host → device.
+    pub h2d_bytes: std::sync::atomic::AtomicU64,
+    /// Bytes copied device → host.
+    pub d2h_bytes: std::sync::atomic::AtomicU64,
+    /// Device allocations since start (the arena is one).
+    pub device_allocs: std::sync::atomic::AtomicU64,
+    /// Pinned host allocations since start.
+    pub pinned_allocs: std::sync::atomic::AtomicU64,
+    /// Device time of all steps, µs.
+    pub gpu_us: std::sync::atomic::AtomicU64,
+}
+
+impl EngineGauges {
+    /// The figures as JSON (`status` and `stats` replies).
+    pub fn to_json(&self) -> serde_json::Value {
+        use std::sync::atomic::Ordering::Relaxed;
+        let used = self.kv_pages_used.load(Relaxed);
+        let total = self.kv_pages_total.load(Relaxed);
+        let steps = self.steps.load(Relaxed);
+        let per_step = |v: u64| {
+            if steps > 0 {
+                v as f64 / steps as f64
+            } else {
+                0.0
+            }
+        };
+        serde_json::json!({
+            "kv_pages_used": used,
+            "kv_pages_free": total.saturating_sub(used),
+            "running": self.running.load(Relaxed),
+            "queued": self.queued.load(Relaxed),
+            "parked": self.parked.load(Relaxed),
+            "device": {
+                "steps": steps,
+                "graph_steps": self.graph_steps.load(Relaxed),
+                "launches": self.launches.load(Relaxed),
+                "graph_nodes": self.graph_nodes.load(Relaxed),
+                "graph_nodes_per_step": per_step(self.graph_nodes.load(Relaxed)),
+                "launches_per_step": per_step(self.launches.load(Relaxed)),
+                "syncs_hard": self.hard_syncs.load(Relaxed),
+                "syncs_policy": self.policy_syncs.load(Relaxed),
+                "h2d_bytes": self.h2d_bytes.load(Relaxed),
+                "d2h_bytes": self.d2h_bytes.load(Relaxed),
+                "device_allocs": self.device_allocs.load(Relaxed),
+                "pinned_allocs": self.pinned_allocs.load(Relaxed),
+                "gpu_ms_total": self.gpu_us.load(Relaxed) as f64 / 1e3,
+                "gpu_ms_per_step": per_step(self.gpu_us.load(Relaxed)) / 1e3,
+            },
+        })
+    }
 }

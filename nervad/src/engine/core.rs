@@ -1427,4 +1427,30 @@ impl InferenceEngine for Engine {
     fn in_flight(&self) -> usize {
         self.by_key.len()
     }
+
+    fn publish(&self, g: &super::api::EngineGauges) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let total = self.limits.num_pages as u64;
+        g.kv_pages_total.store(total, Relaxed);
+        g.kv_pages_used
+            .store(total.saturating_sub(self.pool.free() as u64), Relaxed);
+        g.running.store(
+            self.seqs.iter().filter(|s| s.active).count() as u64,
+            Relaxed,
+        );
+        g.queued.store(self.queue.len() as u64, Relaxed);
+        g.parked.store(self.parked.len() as u64, Relaxed);
+        let d = self.backend.stats();
+        g.steps.store(d.steps, Relaxed);
+        g.graph_steps.store(d.graph_steps, Relaxed);
+        g.launches.store(d.launches, Relaxed);
+        g.graph_nodes.store(d.graph_nodes, Relaxed);
+        g.hard_syncs.store(d.hard_syncs, Relaxed);
+        g.policy_syncs.store(d.policy_syncs, Relaxed);
+        g.h2d_bytes.store(d.h2d_bytes, Relaxed);
+        g.d2h_bytes.store(d.d2h_bytes, Relaxed);
+        g.device_allocs.store(d.device_allocs, Relaxed);
+        g.pinned_allocs.store(d.pinned_allocs, Relaxed);
+        g.gpu_us.store((d.gpu_ms * 1e3) as u64, Relaxed);
+    }
 }

@@ -119,7 +119,15 @@ pub struct ClientRow {
 }
 
 /// `status` reply.
-pub fn status_json(ctx: &StatusContext, uptime_s: f64, clients: usize, draining: bool) -> Value {
+pub fn status_json(
+    ctx: &StatusContext,
+    live: &crate::engine::api::EngineGauges,
+    uptime_s: f64,
+    clients: usize,
+    draining: bool,
+) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let used = live.kv_pages_used.load(Relaxed);
     let (backing, page_bytes, locked) = ctx.segment_pages.unwrap_or(("none", 0, false));
     json!({
         "daemon": {
@@ -146,7 +154,14 @@ pub fn status_json(ctx: &StatusContext, uptime_s: f64, clients: usize, draining:
         "device": ctx.engine.device,
         "kv": {
             "pages_total": ctx.engine.kv_pages_total,
+            "pages_used": used,
+            "pages_free": u64::from(ctx.engine.kv_pages_total).saturating_sub(used),
             "page_tokens": ctx.engine.kv_page_tokens,
+        },
+        "scheduler": {
+            "running": live.running.load(Relaxed),
+            "queued": live.queued.load(Relaxed),
+            "parked": live.parked.load(Relaxed),
         },
         "arenas": {
             "segment_backing": backing,

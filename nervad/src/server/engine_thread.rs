@@ -338,6 +338,7 @@ impl EngineWorker {
                 return;
             }
             let more = engine.step(&mut sink);
+            engine.publish(&stats.engine);
             let produced = sink.produced;
             pairs = std::mem::take(&mut sink.pairs);
             drop(sink);

@@ -675,6 +675,7 @@ impl PollLoop {
         let json = match a.query {
             AdminQuery::Status => status_json(
                 &self.status,
+                &self.stats.engine,
                 self.started.elapsed().as_secs_f64(),
                 self.clients.iter().flatten().count(),
                 self.phase != Phase::Serving,

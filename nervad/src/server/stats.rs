@@ -91,6 +91,9 @@ pub struct LatencyStats {
     /// second so stale slots are ignored.
     window_tokens: [AtomicU64; WINDOW_SECONDS],
     window_stamp: [AtomicU64; WINDOW_SECONDS],
+    /// The engine's live figures (KV pages, scheduler, device ledger), published by the engine
+    /// thread after each step.
+    pub engine: crate::engine::api::EngineGauges,
 }
 
 struct Histograms {
@@ -140,6 +143,7 @@ impl LatencyStats {
             tokens_total: AtomicU64::new(0),
             window_tokens: std::array::from_fn(|_| AtomicU64::new(0)),
             window_stamp: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
+            engine: Default::default(),
         }
     }
 
@@ -227,6 +231,7 @@ impl LatencyStats {
                 "stop": h.finished[0], "length": h.finished[1], "context_length": h.finished[2],
                 "cancelled": h.finished[3], "error": h.finished[4], "shutdown": h.finished[5],
             },
+            "live": self.engine.to_json(),
             "latency": {
                 "queue": stage(&h.queue),
                 "time_to_first_token": stage(&h.first_token),

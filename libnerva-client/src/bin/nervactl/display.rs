@@ -47,7 +47,12 @@ pub fn print_status(json: &str, as_json: bool) {
         ("staging mlocked", &v["arenas"]["staging_mlocked"]),
         ("host pages", &v["arenas"]["host_pages"]),
         ("kv pages", &v["kv"]["pages_total"]),
+        ("kv pages used", &v["kv"]["pages_used"]),
+        ("kv pages free", &v["kv"]["pages_free"]),
         ("kv page tokens", &v["kv"]["page_tokens"]),
+        ("running (seqs)", &v["scheduler"]["running"]),
+        ("queued (requests)", &v["scheduler"]["queued"]),
+        ("parked (seqs)", &v["scheduler"]["parked"]),
     ];
     for (k, val) in rows {
         println!("{k:<21} {}", s(val));
@@ -144,6 +149,26 @@ pub fn print_stats(json: &str, as_json: bool) {
             s(&h["p99_us"]),
             s(&h["max_us"])
         );
+    }
+    println!();
+    let live = &e["live"];
+    println!(
+        "kv pages used / free  {} / {}",
+        s(&live["kv_pages_used"]),
+        s(&live["kv_pages_free"])
+    );
+    println!(
+        "running / queued / parked  {} / {} / {}",
+        s(&live["running"]),
+        s(&live["queued"]),
+        s(&live["parked"])
+    );
+    println!();
+    println!("device ledger (backend steps)");
+    if let Some(obj) = live["device"].as_object() {
+        for (k, val) in obj {
+            println!("  {k:<22} {}", s(val));
+        }
     }
     println!();
     println!("poll-thread ledger");

@@ -51,8 +51,6 @@ __device__ __forceinline__ void attn_split_body(
     __shared__ float m_run[ATTN_MAX_GROUP], l_run[ATTN_MAX_GROUP], corr[ATTN_MAX_GROUP];
     __shared__ float red[ATTN_MAX_GROUP * ATTN_MAX_DIM];
 
-    allow_next();
-    wait_previous();
     const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
     if (t >= meta.counts[0]) return;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -210,8 +208,6 @@ ATTN_ENTRY(f16, __half)
 extern "C" __global__ void attn_combine(StepMeta meta, const float* __restrict__ part_o,
                                         const float* __restrict__ part_ml, int heads,
                                         int head_dim, int splits, float* __restrict__ out) {
-    allow_next();
-    wait_previous();
     const int t = blockIdx.x, h = blockIdx.y;
     if (t >= meta.counts[0]) return;
     const size_t p0 = ((size_t)t * heads + h) * ATTN_SPLITS;

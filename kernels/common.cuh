@@ -15,23 +15,6 @@ typedef unsigned long long u64;
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
-// Programmatic dependent launch (Hopper): a kernel launched with it may start while the kernel
-// before it drains. Before `wait_previous` a kernel touches only what no earlier kernel writes
-// (weights); after it, everything the previous kernels wrote is visible. `allow_next` lets the
-// following kernel's blocks be scheduled early. Both are no-ops before sm_90 or without the
-// launch attribute.
-__device__ __forceinline__ void wait_previous() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void allow_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
-
 // Eight 16-bit weights of one 16-byte load, widened to f32.
 __device__ __forceinline__ void widen8(const uint4 raw, const __nv_bfloat16*, float out[8]) {
     const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);

@@ -88,10 +88,6 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
         // current chunk's arithmetic (two chunks in flight per row).
         uint4 wr[GEMV_ROWS];
         load_rows<W>(w, row0, R, K, tid, chunks, wr);
-        if (t0 == 0) {
-            allow_next();
-            wait_previous();
-        }
         __syncthreads();
         if (tid < TT) {
             const int t = t0 + tid < T ? t0 + tid : t0;

@@ -197,10 +197,6 @@ pub struct Gpu {
     arena: DevBuf,
     arena_used: usize,
     modules: Vec<sys::CUmodule>,
-    /// Launch kernels with programmatic stream serialization (Hopper's programmatic dependent
-    /// launch): a kernel may start while the one before it drains; kernels wait for their
-    /// inputs with `griddepcontrol.wait` (kernels/common.cuh).
-    programmatic: bool,
     /// What has been asked of the driver.
     pub counters: DriverCounters,
 }
@@ -252,16 +248,10 @@ impl Gpu {
                 arena: DevBuf::NULL,
                 arena_used: 0,
                 modules: Vec::new(),
-                programmatic: false,
                 counters: DriverCounters::default(),
             },
             facts,
         ))
-    }
-
-    /// Use programmatic dependent launch for every later kernel (sm_90 and newer).
-    pub fn set_programmatic(&mut self, on: bool) {
-        self.programmatic = on;
     }
 
     /// Make the context current on this thread (the engine thread is not the one that built

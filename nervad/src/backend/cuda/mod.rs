@@ -796,10 +796,6 @@ impl CudaBackend {
             read_bandwidth: module_kernels[5][0],
         };
 
-        // Hopper and newer: kernels overlap their prologue with the previous kernel's tail
-        // (measured: BENCHMARKS.md). NERVA_NO_PDL=1 turns it off for comparison.
-        let programmatic = arch >= 90 && std::env::var_os("NERVA_NO_PDL").is_none();
-        gpu.set_programmatic(programmatic);
         let mut stages = Vec::with_capacity(RING);
         for _ in 0..RING {
             stages.push(Stage {

@@ -28,13 +28,6 @@ if has bench-small; then
   model qwen3-0.6b
   timeout 240 "$B/gpu_decode" --model $M/qwen3-0.6b --batch 1,8 --json 2>&1 | tee "$O/bench_qwen3-0.6b.log"
 fi
-if has bench-nopdl; then
-  # The same decode without programmatic dependent launch, for the A/B in BENCHMARKS.md.
-  for p in qwen3-0.6b qwen3-8b; do
-    model $p
-    NERVA_NO_PDL=1 timeout 300 "$B/gpu_decode" --model $M/$p --batch 1 2>&1 | tee "$O/bench_nopdl_$p.log"
-  done
-fi
 if has parity-big; then
   for p in qwen3-0.6b llama3-1b qwen2.5-0.5b; do model $p; done
   timeout 900 python3 tests/parity/parity.py --nervad "$B/nervad" --backend cuda --device cuda \

@@ -107,6 +107,47 @@ pub fn validate_params(p: &SamplingParams) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// What every backend checks before (re)starting sampling slot `slot` of `slots` for `prompt`.
+pub fn check_start(
+    params: &SamplingParams,
+    slot: u32,
+    slots: usize,
+    prompt: &[u32],
+    vocab: usize,
+) -> Result<(), BackendError> {
+    validate_params(params).map_err(|e| BackendError::InvalidInput(e.to_string()))?;
+    if slot as usize >= slots {
+        return Err(BackendError::InvalidInput(format!(
+            "slot {slot} out of range"
+        )));
+    }
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Err(BackendError::InvalidInput(format!(
+            "token {bad} outside vocabulary"
+        )));
+    }
+    Ok(())
+}
+
+/// What every backend checks before forking slot `src` into `dst`.
+pub fn check_fork(
+    params: &SamplingParams,
+    src: u32,
+    dst: u32,
+    slots: usize,
+) -> Result<(), BackendError> {
+    validate_params(params).map_err(|e| BackendError::InvalidInput(e.to_string()))?;
+    if src == dst {
+        return Err(BackendError::InvalidInput("fork onto itself".into()));
+    }
+    if src as usize >= slots || dst as usize >= slots {
+        return Err(BackendError::InvalidInput(format!(
+            "fork {src} -> {dst} out of range"
+        )));
+    }
+    Ok(())
+}
+
 /// Sampling state for every slot plus shared scratch.
 #[derive(Debug)]
 pub struct Sampler {
@@ -154,13 +195,7 @@ impl Sampler {
         seed: u64,
         prompt: &[u32],
     ) -> Result<(), BackendError> {
-        validate_params(params).map_err(|e| BackendError::InvalidInput(e.to_string()))?;
-        let vocab = self.vocab;
-        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
-            return Err(BackendError::InvalidInput(format!(
-                "token {bad} outside vocabulary"
-            )));
-        }
+        check_start(params, slot, self.slots.len(), prompt, self.vocab)?;
         let state = self.slot_mut(slot)?;
         state.clear();
         state.params = *params;
@@ -181,16 +216,7 @@ impl Sampler {
         params: &SamplingParams,
         seed: u64,
     ) -> Result<(), BackendError> {
-        validate_params(params).map_err(|e| BackendError::InvalidInput(e.to_string()))?;
-        if src == dst {
-            return Err(BackendError::InvalidInput("fork onto itself".into()));
-        }
-        let n = self.slots.len();
-        if src as usize >= n || dst as usize >= n {
-            return Err(BackendError::InvalidInput(format!(
-                "fork {src} -> {dst} out of range"
-            )));
-        }
+        check_fork(params, src, dst, self.slots.len())?;
         let (s, d) = if src < dst {
             let (a, b) = self.slots.split_at_mut(dst as usize);
             (&a[src as usize], &mut b[0])

@@ -217,12 +217,7 @@ pub fn compile(source: &Source, arch: u32, include: &Path) -> Result<Compiled, B
     // SAFETY: prog was created above; ptrs point to NUL-terminated options alive for the call.
     let compiled = unsafe { nvrtc::nvrtcCompileProgram(prog, ptrs.len() as c_int, ptrs.as_ptr()) };
     let log = program_log(prog);
-    let result = if compiled != nvrtc::nvrtcResult::NVRTC_SUCCESS {
-        Err(BackendError::Device(format!(
-            "NVRTC could not compile kernels/{} ({compiled:?}) with options {opts:?}:\n{log}",
-            source.name
-        )))
-    } else {
+    let cubin = || -> Result<Vec<u8>, BackendError> {
         let mut size = 0usize;
         // SAFETY: prog compiled successfully; size is written through a valid pointer.
         let r = unsafe { nvrtc::nvrtcGetCUBINSize(prog, &mut size) };
@@ -231,7 +226,16 @@ pub fn compile(source: &Source, arch: u32, include: &Path) -> Result<Compiled, B
         // SAFETY: cubin has exactly `size` writable bytes.
         let r = unsafe { nvrtc::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()) };
         check(r, "nvrtcGetCUBIN")?;
-        Ok(Compiled {
+        Ok(cubin)
+    };
+    // The program is destroyed below on every path, the error paths included.
+    let result = if compiled != nvrtc::nvrtcResult::NVRTC_SUCCESS {
+        Err(BackendError::Device(format!(
+            "NVRTC could not compile kernels/{} ({compiled:?}) with options {opts:?}:\n{log}",
+            source.name
+        )))
+    } else {
+        cubin().map(|cubin| Compiled {
             name: source.name,
             cubin,
             log,

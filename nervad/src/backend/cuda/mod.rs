@@ -24,7 +24,7 @@ use crate::backend::SamplingParams;
 use crate::model::{DType, ModelConfig, ModelWeights, Tensor};
 
 use super::cpu::rope::RopeTable;
-use super::sampling::validate_params;
+use super::sampling::{check_fork, check_start};
 use super::{
     Backend, BackendError, BackendInfo, BackendLimits, BackendOptions, MAX_TOP_LOGPROBS,
     SampledToken, SeqStep, StepOutput, validate_step,
@@ -1335,15 +1335,6 @@ impl CudaBackend {
         self.gpu.upload(at, &raw)
     }
 
-    fn check_slot(&self, slot: u32) -> Result<(), BackendError> {
-        if slot as usize >= self.limits.max_seqs {
-            return Err(BackendError::InvalidInput(format!(
-                "slot {slot} out of range"
-            )));
-        }
-        Ok(())
-    }
-
     /// Fill the next staging entry's metadata for `batch`, padded to `pad_tokens` tokens and
     /// `pad_rows` logit rows. Returns (tokens, rows, wants logits).
     fn fill_meta(&mut self, batch: &[SeqStep<'_>], pad_tokens: usize) -> (usize, usize, bool) {
@@ -1417,14 +1408,8 @@ impl Backend for CudaBackend {
         seed: u64,
         prompt: &[u32],
     ) -> Result<(), BackendError> {
-        validate_params(params).map_err(|e| BackendError::InvalidInput(e.to_string()))?;
-        self.check_slot(slot)?;
         let vocab = self.config.vocab_size;
-        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
-            return Err(BackendError::InvalidInput(format!(
-                "token {bad} outside vocabulary"
-            )));
-        }
+        check_start(params, slot, self.limits.max_seqs, prompt, vocab)?;
         self.gpu.bind()?;
         self.write_slot_params(slot, params, seed)?;
         let s = slot as usize;
@@ -1452,12 +1437,7 @@ impl Backend for CudaBackend {
         params: &SamplingParams,
         seed: u64,
     ) -> Result<(), BackendError> {
-        validate_params(params).map_err(|e| BackendError::InvalidInput(e.to_string()))?;
-        if src == dst {
-            return Err(BackendError::InvalidInput("fork onto itself".into()));
-        }
-        self.check_slot(src)?;
-        self.check_slot(dst)?;
+        check_fork(params, src, dst, self.limits.max_seqs)?;
         self.gpu.bind()?;
         let vocab = self.config.vocab_size;
         let words = vocab.div_ceil(32);

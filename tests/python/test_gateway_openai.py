@@ -307,3 +307,37 @@ def test_daemon_restart_is_survived(workdir: str) -> None:
     finally:
         gw.stop()
         d.kill()
+
+
+def test_daemon_busy_is_429_and_the_admitted_requests_finish(workdir: str) -> None:
+    # One sequence slot and one queue place: of four concurrent long requests at most two are
+    # taken (one running, one queued); the daemon answers the others Busy, the gateway 429.
+    sock = os.path.join(workdir, "busy.sock")
+    d = Daemon(sock, os.path.join(workdir, "busy.log"), ["--max-batch", "1", "--max-queued", "1"])
+    gw = Gateway(sock)
+    try:
+        client = sdk(gw)
+        model = client.models.list().data[0].id
+        results: list = [None] * 4
+
+        def one(i: int) -> None:
+            try:
+                r = client.completions.create(model=model, prompt=f"busy {i}", max_tokens=1500,
+                                              extra_body={"ignore_eos": True})
+                results[i] = r.usage.completion_tokens
+            except openai.RateLimitError as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        busy = [r for r in results if isinstance(r, openai.RateLimitError)]
+        done = [r for r in results if isinstance(r, int)]
+        assert len(busy) >= 2 and len(busy) + len(done) == 4, results
+        assert all(n == 1500 for n in done), results
+        assert busy[0].status_code == 429 and busy[0].body["type"] == "rate_limit_error"
+    finally:
+        gw.stop()
+        d.kill()

@@ -91,6 +91,10 @@ struct ServeArgs {
     /// Most sequences (samples) the engine runs at once (at least 1).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_batch: u32,
+    /// Most requests waiting for admission; past it a submit is answered `Busy` (clients retry;
+    /// the HTTP gateway answers 429).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    max_queued: u32,
     /// Longest sequence served (0 = the model's max_position_embeddings).
     #[arg(long, default_value_t = 0)]
     max_context: usize,
@@ -304,6 +308,7 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
             }
             let options = crate::engine::EngineOptions {
                 max_batch: args.max_batch as usize,
+                max_queued: args.max_queued as usize,
                 max_context: args.max_context,
                 kv_budget_bytes,
                 threads: args.threads,

@@ -358,6 +358,7 @@ impl InferenceEngine for TestEngine {
             max_context: MAX_CONTEXT,
             kv_pages_total: 0,
             kv_page_tokens: 0,
+            weight_bytes: 0,
         }
     }
 

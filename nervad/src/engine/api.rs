@@ -234,6 +234,8 @@ pub struct EngineInfo {
     pub kv_pages_total: u32,
     /// Tokens per KV page.
     pub kv_page_tokens: u32,
+    /// Bytes of the model's weights as stored (a tied LM head counted once).
+    pub weight_bytes: u64,
 }
 
 /// An inference engine driven by the server's engine thread.

@@ -195,6 +195,41 @@ impl Sequence {
     }
 }
 
+/// Bytes of every tensor of `w` as stored, a tied LM head (same bytes as the embedding) once.
+fn model_weight_bytes(w: &crate::model::ModelWeights) -> u64 {
+    let mut total = w.embed_tokens.bytes().len() + w.norm.bytes().len();
+    if !std::ptr::eq(w.lm_head.bytes().as_ptr(), w.embed_tokens.bytes().as_ptr()) {
+        total += w.lm_head.bytes().len();
+    }
+    for l in &w.layers {
+        let a = &l.self_attn;
+        let m = &l.mlp;
+        for lin in [
+            &a.q_proj,
+            &a.k_proj,
+            &a.v_proj,
+            &a.o_proj,
+            &m.gate_proj,
+            &m.up_proj,
+            &m.down_proj,
+        ] {
+            total += lin.weight.bytes().len() + lin.bias.as_ref().map_or(0, |b| b.bytes().len());
+        }
+        for t in [
+            Some(&l.input_layernorm),
+            Some(&l.post_attention_layernorm),
+            a.q_norm.as_ref(),
+            a.k_norm.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            total += t.bytes().len();
+        }
+    }
+    total as u64
+}
+
 /// Tokens per KV page times pages, rounded up.
 fn pages_for(tokens: usize, page_tokens: usize) -> usize {
     tokens.div_ceil(page_tokens)
@@ -209,6 +244,8 @@ pub struct Engine {
     prompts: Box<dyn super::model::PromptEncoder>,
     backend: Box<dyn Backend>,
     backend_name: String,
+    /// Bytes of the weights as stored (status displays).
+    weight_bytes: u64,
     device: String,
     limits: BackendLimits,
     max_queued: usize,
@@ -268,7 +305,9 @@ impl Engine {
         let seqs = (0..limits.max_seqs)
             .map(|_| Sequence::empty(&limits, longest))
             .collect();
+        let weight_bytes = model_weight_bytes(&model.weights);
         Engine {
+            weight_bytes,
             name: model.name,
             config: model.config,
             tokens: model.tokens,
@@ -1421,6 +1460,7 @@ impl InferenceEngine for Engine {
             max_context: self.limits.max_context as u32,
             kv_pages_total: self.limits.num_pages as u32,
             kv_page_tokens: self.limits.page_tokens as u32,
+            weight_bytes: self.weight_bytes,
         }
     }
 

@@ -149,6 +149,7 @@ pub fn status_json(
             "vocab_size": ctx.engine.vocab_size,
             "max_context": ctx.engine.max_context,
             "max_batch": ctx.engine.max_batch,
+            "weight_bytes": ctx.engine.weight_bytes,
         },
         "backend": ctx.engine.backend,
         "device": ctx.engine.device,

@@ -21,6 +21,14 @@ pub fn print_status(json: &str, as_json: bool) {
         return;
     }
     let v = parse(json);
+    // Human-scaled weight size next to the exact byte count.
+    let weights = match v["model"]["weight_bytes"].as_u64() {
+        Some(b) => Value::String(format!(
+            "{:.2} GiB ({b} bytes)",
+            b as f64 / (1u64 << 30) as f64
+        )),
+        None => Value::Null,
+    };
     let rows = [
         ("model", &v["model"]["name"]),
         ("architecture", &v["model"]["architecture"]),
@@ -28,6 +36,7 @@ pub fn print_status(json: &str, as_json: bool) {
         ("vocab size", &v["model"]["vocab_size"]),
         ("max context (tokens)", &v["model"]["max_context"]),
         ("max batch (seqs)", &v["model"]["max_batch"]),
+        ("weights", &weights),
         ("backend", &v["backend"]),
         ("device", &v["device"]),
         ("daemon pid", &v["daemon"]["pid"]),

@@ -761,6 +761,12 @@ impl Engine {
         seq.decoding = false;
         self.pool.release(&mut seq.table);
         self.free_slots.push(slot);
+        self.sample_ended(rid);
+    }
+
+    /// Count one ended sample of request `rid`; forget the request after its last. Returns
+    /// whether the request is gone.
+    fn sample_ended(&mut self, rid: usize) -> bool {
         let done = match self.requests[rid].as_mut() {
             Some(req) => {
                 req.samples_left = req.samples_left.saturating_sub(1);
@@ -771,6 +777,7 @@ impl Engine {
         if done {
             self.remove_request(rid);
         }
+        done
     }
 
     /// Cancelled requests: `Done { Cancelled }` for every sample still running (or never
@@ -833,15 +840,7 @@ impl Engine {
             seq.active = false;
             self.pool.release(&mut seq.table);
             self.spare.push(seq);
-            let done = match self.requests[rid].as_mut() {
-                Some(req) => {
-                    req.samples_left = req.samples_left.saturating_sub(1);
-                    req.samples_left == 0
-                }
-                None => false,
-            };
-            if done {
-                self.remove_request(rid);
+            if self.sample_ended(rid) {
                 return;
             }
         }

@@ -303,9 +303,8 @@ impl Gpu {
 
     /// Load a compiled module (cubin) and look up `names` in it.
     pub fn load(&mut self, image: &[u8], names: &[&str]) -> Result<Vec<Kernel>, BackendError> {
-        // cuModuleLoadData reads the image through a pointer; keep a copy alive for the call.
-        let image = image.to_vec();
-        // SAFETY: image is a complete cubin (checked by the kernel cache), alive for the call.
+        // SAFETY: image is a complete cubin (checked by the kernel cache), borrowed for the call;
+        // cuModuleLoadData copies what it keeps.
         let module = unsafe { cu::module::load_data(image.as_ptr().cast()) }?;
         self.modules.push(module);
         names

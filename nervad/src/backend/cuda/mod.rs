@@ -1308,8 +1308,8 @@ impl CudaBackend {
             let at = self.bufs.tables.at(slot * mp * 4);
             // Pageable source: the driver stages it before returning, so the mirror may change
             // again at once.
-            let bytes = i32_bytes(&self.tables[slot * mp..slot * mp + n]).to_vec();
-            self.gpu.upload(at, &bytes)?;
+            self.gpu
+                .upload(at, i32_bytes(&self.tables[slot * mp..slot * mp + n]))?;
         }
         Ok(())
     }
@@ -1422,8 +1422,7 @@ impl Backend for CudaBackend {
             for &t in prompt {
                 self.bits[t as usize / 32] |= 1 << (t % 32);
             }
-            let bytes = u32_bytes(&self.bits).to_vec();
-            self.gpu.upload(at, &bytes)?;
+            self.gpu.upload(at, u32_bytes(&self.bits))?;
         } else {
             self.gpu.zero(at, words * 4)?;
         }

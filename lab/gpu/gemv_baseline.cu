@@ -1,0 +1,197 @@
+// Projections: y[t, r] (=|+=) sum_k in(x)[t, k] * W[r, k] (+ bias[r]) for the tokens of one step.
+//
+// Decode is bandwidth-bound: every weight is read once per step whatever the batch, with 16-byte
+// streaming loads, several loads in flight per thread, and the full K of a block's rows split
+// over all its warps. Activations are f32 (read through L1/L2, reused by every block).
+//
+// Prologues fuse what would otherwise be a kernel and a round trip through memory:
+//   RMS  – RMSNorm of the input row (the layer's input_layernorm / post_attention_layernorm /
+//          final norm) computed in the block and applied on the fly;
+//   SILU – silu(gate) * up from the fused gate|up output;
+//   PLAIN – the input as is.
+// Epilogue ADD accumulates into y (the residual stream): o_proj and down_proj write x += ...
+//
+// Batch invariance: each output element is reduced in one fixed order (per-thread k order, then
+// a fixed shuffle tree, then warps 0..3) whatever the number of tokens or the tile width.
+#include "common.cuh"
+#include "activation.cuh"
+
+#define GEMV_THREADS 128
+#define GEMV_WARPS (GEMV_THREADS / 32)
+#define GEMV_ROWS 4
+
+enum { IN_RMS = 0, IN_PLAIN = 1, IN_SILU = 2 };
+
+template <int TT, int IN>
+__device__ __forceinline__ void load_inputs(const float* __restrict__ x, int x_stride,
+                                            const int* rows, int t0, int T, int K, int c,
+                                            const float* __restrict__ norm_w, const float* inv,
+                                            float xv[TT][8]) {
+#pragma unroll
+    for (int t = 0; t < TT; ++t) {
+        if (t0 + t >= T) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) xv[t][i] = 0.f;
+            continue;
+        }
+        const float* row = x + (size_t)rows[t] * x_stride;
+        const float4 a = *reinterpret_cast<const float4*>(row + c * 8);
+        const float4 b = *reinterpret_cast<const float4*>(row + c * 8 + 4);
+        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        if (IN == IN_RMS) {
+            const float4 na = *reinterpret_cast<const float4*>(norm_w + c * 8);
+            const float4 nb = *reinterpret_cast<const float4*>(norm_w + c * 8 + 4);
+            const float n[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = n[i] * (v[i] * inv[t]);
+        } else if (IN == IN_SILU) {
+            const float4 ua = *reinterpret_cast<const float4*>(row + K + c * 8);
+            const float4 ub = *reinterpret_cast<const float4*>(row + K + c * 8 + 4);
+            const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = silu(v[i]) * u[i];
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) xv[t][i] = v[i];
+    }
+}
+
+// Chunk c (8 weights) of each of the block's rows; zeros past the matrix.
+template <typename W>
+__device__ __forceinline__ void load_rows(const W* __restrict__ w, int row0, int R, int K, int c,
+                                          int chunks, uint4 out[GEMV_ROWS]) {
+#pragma unroll
+    for (int r = 0; r < GEMV_ROWS; ++r) {
+        const int row = row0 + r;
+        out[r] = (c < chunks && row < R) ? load_stream(w + (size_t)row * K + c * 8)
+                                         : make_uint4(0, 0, 0, 0);
+    }
+}
+
+template <typename W, int TT, int IN, bool ADD>
+__device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* __restrict__ bias,
+                                          const float* __restrict__ x, int x_stride,
+                                          const int* __restrict__ x_rows,
+                                          const float* __restrict__ norm_w, float eps, int K,
+                                          int R, int T, float* __restrict__ y, int y_stride) {
+    __shared__ float red[GEMV_WARPS][GEMV_ROWS * TT];
+    __shared__ double ss_red[GEMV_WARPS][TT];
+    __shared__ float inv[TT];
+    __shared__ int rows[TT];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row0 = blockIdx.x * GEMV_ROWS;
+    const int chunks = K / 8;
+
+    for (int t0 = 0; t0 < T; t0 += TT) {
+        // The first chunk's weights do not depend on the previous kernel's output: their loads
+        // go out before the prologue's reductions, and each later chunk's loads before the
+        // current chunk's arithmetic (two chunks in flight per row).
+        uint4 wr[GEMV_ROWS];
+        load_rows<W>(w, row0, R, K, tid, chunks, wr);
+        __syncthreads();
+        if (tid < TT) {
+            const int t = t0 + tid < T ? t0 + tid : t0;
+            rows[tid] = x_rows ? x_rows[t] : t;
+        }
+        __syncthreads();
+        if (IN == IN_RMS) {
+            double ss[TT];
+#pragma unroll
+            for (int t = 0; t < TT; ++t) ss[t] = 0.0;
+            for (int c = tid; c < chunks; c += GEMV_THREADS) {
+#pragma unroll
+                for (int t = 0; t < TT; ++t) {
+                    if (t0 + t >= T) continue;
+                    const float* row = x + (size_t)rows[t] * x_stride + c * 8;
+                    const float4 a = *reinterpret_cast<const float4*>(row);
+                    const float4 b = *reinterpret_cast<const float4*>(row + 4);
+                    ss[t] += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z +
+                             (double)a.w * a.w + (double)b.x * b.x + (double)b.y * b.y +
+                             (double)b.z * b.z + (double)b.w * b.w;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < TT; ++t) {
+                const double s = warp_sum_d(ss[t]);
+                if (lane == 0) ss_red[warp][t] = s;
+            }
+            __syncthreads();
+            if (tid < TT) {
+                double s = 0.0;
+                for (int wi = 0; wi < GEMV_WARPS; ++wi) s += ss_red[wi][tid];
+                const float var = (float)(s / K);
+                inv[tid] = 1.0f / sqrtf(var + eps);
+            }
+            __syncthreads();
+        }
+
+        float acc[GEMV_ROWS][TT];
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; ++r)
+#pragma unroll
+            for (int t = 0; t < TT; ++t) acc[r][t] = 0.f;
+
+        for (int c = tid; c < chunks; c += GEMV_THREADS) {
+            uint4 next[GEMV_ROWS];
+            load_rows<W>(w, row0, R, K, c + GEMV_THREADS, chunks, next);
+            float xv[TT][8];
+            load_inputs<TT, IN>(x, x_stride, rows, t0, T, K, c, norm_w, inv, xv);
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; ++r) {
+                float wf[8];
+                widen8(wr[r], w, wf);
+#pragma unroll
+                for (int t = 0; t < TT; ++t)
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) acc[r][t] = fmaf(wf[i], xv[t][i], acc[r][t]);
+            }
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; ++r) wr[r] = next[r];
+        }
+
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; ++r)
+#pragma unroll
+            for (int t = 0; t < TT; ++t) {
+                const float s = warp_sum(acc[r][t]);
+                if (lane == 0) red[warp][r * TT + t] = s;
+            }
+        __syncthreads();
+        if (tid < GEMV_ROWS * TT) {
+            const int r = tid / TT, t = tid % TT;
+            const int row = row0 + r;
+            if (row < R && t0 + t < T) {
+                float s = 0.f;
+#pragma unroll
+                for (int wi = 0; wi < GEMV_WARPS; ++wi) s += red[wi][tid];
+                if (bias) s += bias[row];
+                float* out = y + (size_t)(t0 + t) * y_stride + row;
+                if (ADD) *out += s; else *out = s;
+            }
+        }
+    }
+}
+
+#define GEMV_ENTRY(NAME, W, TT, IN, ADD)                                                       \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                 \
+        NAME(const W* __restrict__ w, const float* __restrict__ bias,                          \
+             const float* __restrict__ x, int x_stride, const int* __restrict__ x_rows,        \
+             const float* __restrict__ norm_w, float eps, int K, int R, int T,                  \
+             float* __restrict__ y, int y_stride) {                                            \
+        gemv_body<W, TT, IN, ADD>(w, bias, x, x_stride, x_rows, norm_w, eps, K, R, T, y,        \
+                                  y_stride);                                                   \
+    }
+
+#define GEMV_TILES(MODE, IN, ADD, DT, W)                 \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t1, W, 1, IN, ADD)   \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t2, W, 2, IN, ADD)   \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t4, W, 4, IN, ADD)   \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t8, W, 8, IN, ADD)
+
+#define GEMV_DTYPE(DT, W)                      \
+    GEMV_TILES(rms, IN_RMS, false, DT, W)      \
+    GEMV_TILES(plain_add, IN_PLAIN, true, DT, W) \
+    GEMV_TILES(silu_add, IN_SILU, true, DT, W)
+
+GEMV_DTYPE(bf16, __nv_bfloat16)
+GEMV_DTYPE(f16, __half)

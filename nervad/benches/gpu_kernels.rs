@@ -1,7 +1,6 @@
-//! The projections alone: our GEMV kernels (and the previous design, kept in
-//! `lab/gpu/gemv_baseline.cu` for the comparison) against the read bandwidth measured in the
-//! same run, and cuBLAS (tensor cores, bf16 in, f32 out) against our kernels for 1 to 2,048
-//! tokens, with the bf16 GEMM peak.
+//! The projections alone: our GEMV kernels against the read bandwidth measured in the same run,
+//! and cuBLAS (tensor cores, bf16 in, f32 out) against them for 1 to 2,048 tokens, with the
+//! bf16 GEMM peak.
 //!
 //! ```text
 //! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--gemm-tokens 1,8,64,256,2048]
@@ -13,8 +12,7 @@
 use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
-use nervad::backend::cuda::gemv::{self, GemvFamily};
-use nervad::backend::cuda::kernels::{self, Source};
+use nervad::backend::cuda::kernels;
 use nervad::model::DType;
 
 #[derive(Parser, Debug)]
@@ -32,11 +30,6 @@ struct Cli {
     #[arg(long, hide = true)]
     bench: bool,
 }
-
-const BASELINE: Source = Source {
-    name: "gemv_baseline.cu",
-    text: include_str!("../../lab/gpu/gemv_baseline.cu"),
-};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -135,13 +128,11 @@ type Res<T> = Result<T, nervad::backend::BackendError>;
 
 struct Bench {
     gpu: Gpu,
-    sms: u32,
     weights: DevBuf,
     x: DevBuf,
     xa: DevBuf,
     norm: DevBuf,
     y: DevBuf,
-    y2: DevBuf,
     start: nervad::backend::cuda::driver::Event,
     end: nervad::backend::cuda::driver::Event,
 }
@@ -209,6 +200,51 @@ impl Bench {
         Ok(times[times.len() / 2])
     }
 
+    /// Median ms of our projection kernel for `t` tokens of `shape`.
+    fn gemv(&mut self, family: &[Kernel], shape: &Shape, t: usize) -> Res<f64> {
+        let kernel = family[match t {
+            1 => 0,
+            2 => 1,
+            3 | 4 => 2,
+            _ => 3,
+        }];
+        let (x, norm, y, wbase) = (self.x.ptr, self.norm.ptr, self.y.ptr, self.weights.ptr);
+        let region = self.weights.bytes;
+        let x_stride = if shape.mode == Mode::SiluAdd {
+            2 * shape.k
+        } else {
+            shape.k
+        } as i32;
+        let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
+        let (eps, null) = (1e-6f32, 0u64);
+        self.time(|gpu, i| {
+            let w = wbase + weight_offset(shape, region, i);
+            // SAFETY: gemv_*(w, bias, x, x_stride, rows, norm, eps, K, R, T, y, y_stride): w
+            // covers R×K bf16 inside the weights region, x holds T rows of x_stride f32, y T
+            // rows of R f32 (scratch), norm K f32; bias and rows are null.
+            unsafe {
+                gpu.launch(
+                    kernel,
+                    ((shape.r as u32).div_ceil(4), 1, 1),
+                    128,
+                    Args::new()
+                        .arg(&w)
+                        .arg(&null)
+                        .arg(&x)
+                        .arg(&x_stride)
+                        .arg(&null)
+                        .arg(&norm)
+                        .arg(&eps)
+                        .arg(&k)
+                        .arg(&r)
+                        .arg(&ti)
+                        .arg(&y)
+                        .arg(&r),
+                )
+            }
+        })
+    }
+
     fn read_bandwidth(&mut self, k: Kernel) -> Res<f64> {
         let n = (self.weights.bytes / 16) as u64;
         let (src, sink) = (self.weights.ptr, self.y.ptr);
@@ -226,35 +262,6 @@ impl Bench {
         })?;
         Ok(self.weights.bytes as f64 / (ms / 1e3))
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn gemv_args<'a>(
-    w: &'a u64,
-    null: &'a u64,
-    x: &'a u64,
-    x_stride: &'a i32,
-    norm: &'a u64,
-    eps: &'a f32,
-    k: &'a i32,
-    r: &'a i32,
-    t: &'a i32,
-    y: &'a u64,
-    y_stride: &'a i32,
-) -> Args<'a> {
-    Args::new()
-        .arg(w)
-        .arg(null)
-        .arg(x)
-        .arg(x_stride)
-        .arg(null)
-        .arg(norm)
-        .arg(eps)
-        .arg(k)
-        .arg(r)
-        .arg(t)
-        .arg(y)
-        .arg(y_stride)
 }
 
 fn main() {
@@ -279,14 +286,13 @@ fn run(cli: &Cli) -> Res<()> {
     let x_bytes = max_t * 2 * max_k * 4;
     let y_bytes = max_t * 151936 * 4;
     gpu.allocate_arena(
-        weights_bytes + 2 * x_bytes + 2 * y_bytes + (WORKSPACE_BYTES << 1) + (64 << 20),
+        weights_bytes + 2 * x_bytes + y_bytes + (WORKSPACE_BYTES << 1) + (64 << 20),
     )?;
     let weights = gpu.carve(weights_bytes)?;
     let x = gpu.carve(x_bytes)?;
     let xa = gpu.carve(x_bytes)?;
     let norm = gpu.carve(max_k * 4)?;
     let y = gpu.carve(y_bytes)?;
-    let y2 = gpu.carve(y_bytes)?;
     let workspace = gpu.carve(WORKSPACE_BYTES)?;
     fill(&mut gpu, weights, 1, false)?;
     fill(&mut gpu, x, 2, true)?;
@@ -294,9 +300,6 @@ fn run(cli: &Cli) -> Res<()> {
     fill(&mut gpu, norm, 4, true)?;
 
     let compiled = kernels::build_all(arch)?;
-    let include = kernels::cuda_include_dir()
-        .ok_or_else(|| nervad::backend::BackendError::Device("no CUDA headers".into()))?;
-    let base = kernels::compile(&BASELINE, arch, &include)?;
     let find = |name: &str| compiled.iter().find(|c| c.name == name).expect("module");
     let bw_kernel = gpu.load(&find("bench.cu").cubin, &["read_bandwidth"])?[0];
     let modes = [
@@ -305,18 +308,13 @@ fn run(cli: &Cli) -> Res<()> {
         ("silu_add", Mode::SiluAdd),
     ];
     let mut families = Vec::new();
-    let mut baselines = Vec::new();
     for (mode, m) in modes {
-        let names = gemv::names(mode, "bf16");
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let ks = gpu.load(&find("gemv.cu").cubin, &refs)?;
-        families.push((m, GemvFamily::new(&gpu, &ks)?));
         let names: Vec<String> = [1, 2, 4, 8]
             .iter()
             .map(|t| format!("gemv_{mode}_bf16_t{t}"))
             .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        baselines.push((m, gpu.load(&base.cubin, &refs)?));
+        families.push((m, gpu.load(&find("gemv.cu").cubin, &refs)?));
     }
     let blas = if Blas::present() {
         Some(Blas::new(&gpu, workspace, DType::BF16)?)
@@ -328,13 +326,11 @@ fn run(cli: &Cli) -> Res<()> {
     let end = gpu.event(true)?;
     let mut b = Bench {
         gpu,
-        sms: facts.sms as u32,
         weights,
         x,
         xa,
         norm,
         y,
-        y2,
         start,
         end,
     };
@@ -348,119 +344,28 @@ fn run(cli: &Cli) -> Res<()> {
     );
     println!();
     println!(
-        "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9} {:>7} | {:>9} {:>7} {:>6} | {:>9}",
-        "model",
-        "proj",
-        "K",
-        "R",
-        "T",
-        "base (us)",
-        "base %",
-        "new (us)",
-        "new %",
-        "grid",
-        "max rel d"
+        "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9} {:>8}",
+        "model", "proj", "K", "R", "T", "GEMV (us)", "% of bw"
     );
-    let eps = 1e-6f32;
-    let null = 0u64;
     for shape in SHAPES {
         let fam = families
             .iter()
             .find(|(m, _)| *m == shape.mode)
             .expect("family")
-            .1;
-        let basek = &baselines
-            .iter()
-            .find(|(m, _)| *m == shape.mode)
-            .expect("base")
-            .1;
+            .1
+            .clone();
         let bytes = shape.k * shape.r * 2;
-        let copies = (ROTATE_BYTES.div_ceil(bytes))
-            .min(b.weights.bytes / bytes)
-            .max(1);
-        let x_stride = if shape.mode == Mode::SiluAdd {
-            2 * shape.k
-        } else {
-            shape.k
-        } as i32;
         for &t in &parse_list(&cli.tokens) {
-            let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
-            let (xp, np, yr) = (b.x.ptr, b.norm.ptr, r);
-            let base_kernel = basek[match t {
-                1 => 0,
-                2 => 1,
-                3 | 4 => 2,
-                _ => 3,
-            }];
-            let wbase = b.weights.ptr;
-            let (y1, y2) = (b.y.ptr, b.y2.ptr);
-            let plan = fam.plan(&b.gpu, b.sms, shape.k, shape.r, t)?;
-            let base_ms = b.time(|gpu, i| {
-                let w = wbase + ((i % copies) * bytes) as u64;
-                // SAFETY: gemv_*(w, bias, x, x_stride, rows, norm, eps, K, R, T, y, y_stride):
-                // w covers R×K bf16 inside the weights region, x T rows of x_stride f32, y T rows
-                // of R f32 (scratch), norm K f32.
-                unsafe {
-                    gpu.launch(
-                        base_kernel,
-                        ((shape.r as u32).div_ceil(4), 1, 1),
-                        128,
-                        gemv_args(&w, &null, &xp, &x_stride, &np, &eps, &k, &r, &ti, &y2, &yr),
-                    )
-                }
-            })?;
-            let new_ms = b.time(|gpu, i| {
-                let w = wbase + ((i % copies) * bytes) as u64;
-                // SAFETY: as above; shared memory as planned for this kernel.
-                unsafe {
-                    gpu.launch_shared(
-                        plan.kernel,
-                        (plan.grid, 1, 1),
-                        gemv::THREADS,
-                        plan.shared,
-                        gemv_args(&w, &null, &xp, &x_stride, &np, &eps, &k, &r, &ti, &y2, &yr),
-                    )
-                }
-            })?;
-            // Results: baseline into y1, new into y2, from zero, same weights.
-            b.gpu.zero(y1, t * shape.r * 4)?;
-            b.gpu.zero(y2, t * shape.r * 4)?;
-            // SAFETY: as above.
-            unsafe {
-                b.gpu.launch(
-                    base_kernel,
-                    ((shape.r as u32).div_ceil(4), 1, 1),
-                    128,
-                    gemv_args(
-                        &wbase, &null, &xp, &x_stride, &np, &eps, &k, &r, &ti, &y1, &yr,
-                    ),
-                )?;
-                b.gpu.launch_shared(
-                    plan.kernel,
-                    (plan.grid, 1, 1),
-                    gemv::THREADS,
-                    plan.shared,
-                    gemv_args(
-                        &wbase, &null, &xp, &x_stride, &np, &eps, &k, &r, &ti, &y2, &yr,
-                    ),
-                )?;
-            }
-            b.gpu.synchronize()?;
-            let rel = max_rel_diff(&mut b.gpu, y1, y2, t * shape.r)?;
-            let pct = |ms: f64| bytes as f64 / (ms / 1e3) / bw * 100.0;
+            let ms = b.gemv(&fam, shape, t)?;
             println!(
-                "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9.2} {:>6.1}% | {:>9.2} {:>6.1}% {:>6} | {:>9.2e}",
+                "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9.2} {:>7.1}%",
                 shape.model,
                 shape.name,
                 shape.k,
                 shape.r,
                 t,
-                base_ms * 1e3,
-                pct(base_ms),
-                new_ms * 1e3,
-                pct(new_ms),
-                plan.grid,
-                rel
+                ms * 1e3,
+                bytes as f64 / (ms / 1e3) / bw * 100.0
             );
         }
     }
@@ -469,49 +374,26 @@ fn run(cli: &Cli) -> Res<()> {
     println!();
     println!(
         "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
-        "model", "proj", "M", "ours (us)", "TFLOP/s", "cuBLAS (us)", "TFLOP/s", "ratio"
+        "model", "proj", "M", "GEMV (us)", "TFLOP/s", "cuBLAS (us)", "TFLOP/s", "ratio"
     );
     for shape in SHAPES.iter().filter(|s| s.name != "lm_head") {
         let fam = families
             .iter()
             .find(|(m, _)| *m == shape.mode)
             .expect("family")
-            .1;
-        let bytes = shape.k * shape.r * 2;
-        let copies = (ROTATE_BYTES.div_ceil(bytes))
-            .min(b.weights.bytes / bytes)
-            .max(1);
-        let x_stride = if shape.mode == Mode::SiluAdd {
-            2 * shape.k
-        } else {
-            shape.k
-        } as i32;
+            .1
+            .clone();
         for &m in &parse_list(&cli.gemm_tokens) {
-            let (k, r, ti) = (shape.k as i32, shape.r as i32, m as i32);
-            let (xp, np, yp, xa) = (b.x.ptr, b.norm.ptr, b.y.ptr, b.xa.ptr);
-            let wbase = b.weights.ptr;
             let flops = 2.0 * (m * shape.k * shape.r) as f64;
+            // Our kernel walks tiles of 8 tokens: past 256 it is not a contender.
             let ours = if m <= 256 {
-                let plan = fam.plan(&b.gpu, b.sms, shape.k, shape.r, m)?;
-                Some(b.time(|gpu, i| {
-                    let w = wbase + ((i % copies) * bytes) as u64;
-                    // SAFETY: as in the GEMV table.
-                    unsafe {
-                        gpu.launch_shared(
-                            plan.kernel,
-                            (plan.grid, 1, 1),
-                            gemv::THREADS,
-                            plan.shared,
-                            gemv_args(&w, &null, &xp, &x_stride, &np, &eps, &k, &r, &ti, &yp, &r),
-                        )
-                    }
-                })?)
+                Some(b.gemv(&fam, shape, m)?)
             } else {
                 None
             };
-            let cublas = b.time(|gpu, i| {
-                let _ = gpu;
-                let w = wbase + ((i % copies) * bytes) as u64;
+            let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
+            let cublas = b.time(|_, i| {
+                let w = wbase + weight_offset(shape, region, i);
                 // SAFETY: xa holds m×K bf16, w R×K bf16, y m×R f32 (scratch).
                 unsafe { blas.gemm(xa, w, m, shape.r, shape.k, yp, shape.r, false) }
             })?;
@@ -551,22 +433,10 @@ fn run(cli: &Cli) -> Res<()> {
     Ok(())
 }
 
-fn max_rel_diff(gpu: &mut Gpu, a: u64, b: u64, n: usize) -> Res<f64> {
-    let mut ha = gpu.pinned(n * 4)?;
-    let mut hb = gpu.pinned(n * 4)?;
-    gpu.download(&mut ha, 0..n * 4, a)?;
-    gpu.download(&mut hb, 0..n * 4, b)?;
-    gpu.synchronize()?;
-    let floats = |p: &[u8]| -> Vec<f32> {
-        p.chunks(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    };
-    let (fa, fb) = (floats(ha.bytes()), floats(hb.bytes()));
-    let scale = fa.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
-    let d = fa
-        .iter()
-        .zip(&fb)
-        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    Ok((d / scale) as f64)
+/// Offset of launch `i`'s copy of `shape`'s weights: copies rotate over ≥ ROTATE_BYTES where
+/// the region of `region` bytes holds that many.
+fn weight_offset(shape: &Shape, region: usize, i: usize) -> u64 {
+    let bytes = shape.k * shape.r * 2;
+    let copies = ROTATE_BYTES.div_ceil(bytes).min(region / bytes).max(1);
+    ((i % copies) * bytes) as u64
 }

@@ -338,30 +338,6 @@ impl Gpu {
         Ok((regs, local))
     }
 
-    /// Let `k` use up to `bytes` of dynamic shared memory (above the default 48 KiB needs
-    /// opting in).
-    pub fn allow_shared(&self, k: Kernel, bytes: usize) -> Result<(), BackendError> {
-        use sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX;
-        // SAFETY: k.f is a valid function of a loaded module; the value is a byte count.
-        unsafe { cu::function::set_function_attribute(k.f, MAX, bytes as i32) }?;
-        Ok(())
-    }
-
-    /// Blocks of `threads` threads with `shared` bytes of dynamic shared memory that fit on one
-    /// multiprocessor at once.
-    pub fn resident_blocks(
-        &self,
-        k: Kernel,
-        threads: u32,
-        shared: usize,
-    ) -> Result<u32, BackendError> {
-        // SAFETY: k.f is a valid function of a loaded module.
-        let n = unsafe {
-            cu::occupancy::max_active_block_per_multiprocessor(k.f, threads as i32, shared)
-        }?;
-        Ok(n.max(1) as u32)
-    }
-
     /// Enqueue `k` on the stream.
     ///
     /// # Safety
@@ -375,23 +351,6 @@ impl Gpu {
         block: u32,
         args: Args<'_>,
     ) -> Result<(), BackendError> {
-        // SAFETY: forwarded from the caller; no dynamic shared memory.
-        unsafe { self.launch_shared(k, grid, block, 0, args) }
-    }
-
-    /// Enqueue `k` with `shared` bytes of dynamic shared memory.
-    ///
-    /// # Safety
-    /// As [`Gpu::launch`]; `shared` must not exceed what the kernel was allowed
-    /// ([`Gpu::allow_shared`]) and must cover what it indexes.
-    pub unsafe fn launch_shared(
-        &mut self,
-        k: Kernel,
-        grid: (u32, u32, u32),
-        block: u32,
-        shared: u32,
-        args: Args<'_>,
-    ) -> Result<(), BackendError> {
         let mut args = args;
         let n = args.len;
         // SAFETY: the caller guarantees the argument list; the values behind the pointers live
@@ -401,7 +360,7 @@ impl Gpu {
                 k.f,
                 grid,
                 (block, 1, 1),
-                shared,
+                0,
                 self.stream,
                 &mut args.ptrs[..n],
             )

@@ -17,7 +17,6 @@
 
 pub mod blas;
 pub mod driver;
-pub mod gemv;
 pub mod kernels;
 
 use std::collections::VecDeque;
@@ -32,7 +31,6 @@ use super::{
     SampledToken, SeqStep, StepOutput, validate_step,
 };
 use driver::{Args, DevBuf, DriverCounters, Event, Gpu, Graph, Kernel, Pinned};
-use gemv::GemvFamily;
 
 /// Query tokens' attention span is cut into this many partial blocks per kv head (fixed, so
 /// results never depend on the batch).
@@ -143,9 +141,9 @@ struct LayerBufs {
 /// The kernels, looked up once.
 #[derive(Debug, Clone, Copy)]
 struct Kernels {
-    gemv_rms: GemvFamily,
-    gemv_plain_add: GemvFamily,
-    gemv_silu_add: GemvFamily,
+    gemv_rms: [Kernel; 4],
+    gemv_plain_add: [Kernel; 4],
+    gemv_silu_add: [Kernel; 4],
     embed: Kernel,
     rope_append: Kernel,
     attn_split: Kernel,
@@ -298,8 +296,6 @@ pub struct CudaBackend {
     dtype: DType,
     device_name: String,
     arch: u32,
-    /// Multiprocessors (persistent projection grids are sized by it).
-    sms: u32,
     layers: Vec<LayerBufs>,
     bufs: Bufs,
     k: Kernels,
@@ -775,7 +771,7 @@ impl CudaBackend {
             let names: Vec<String> = match m.name {
                 "gemv.cu" => ["rms", "plain_add", "silu_add"]
                     .iter()
-                    .flat_map(|mode| gemv::names(mode, dt))
+                    .flat_map(|mode| [1, 2, 4, 8].map(|t| format!("gemv_{mode}_{dt}_t{t}")))
                     .collect(),
                 "embedding.cu" => vec![format!("embed_{dt}")],
                 "rope_kv.cu" => vec![format!("rope_append_{dt}")],
@@ -789,9 +785,9 @@ impl CudaBackend {
         }
         let g = &module_kernels[0];
         let k = Kernels {
-            gemv_rms: GemvFamily::new(&gpu, &g[0..gemv::PER_FAMILY])?,
-            gemv_plain_add: GemvFamily::new(&gpu, &g[gemv::PER_FAMILY..2 * gemv::PER_FAMILY])?,
-            gemv_silu_add: GemvFamily::new(&gpu, &g[2 * gemv::PER_FAMILY..])?,
+            gemv_rms: [g[0], g[1], g[2], g[3]],
+            gemv_plain_add: [g[4], g[5], g[6], g[7]],
+            gemv_silu_add: [g[8], g[9], g[10], g[11]],
             embed: module_kernels[1][0],
             rope_append: module_kernels[2][0],
             attn_split: module_kernels[3][0],
@@ -834,7 +830,6 @@ impl CudaBackend {
                 gib(facts.total)
             ),
             arch,
-            sms: facts.sms as u32,
             layers,
             bufs,
             k,
@@ -967,7 +962,7 @@ impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
-        family: GemvFamily,
+        family: [Kernel; 4],
         w: DevBuf,
         bias: DevBuf,
         x: u64,
@@ -980,19 +975,24 @@ impl CudaBackend {
         y: u64,
         y_stride: i32,
     ) -> Result<(), BackendError> {
-        let plan = family.plan(&self.gpu, self.sms, k, r, t)?;
+        let kernel = match t {
+            1 => family[0],
+            2 => family[1],
+            3 | 4 => family[2],
+            _ => family[3],
+        };
         let eps = self.config.rms_norm_eps as f32;
         let (k, r, t) = (k as i32, r as i32, t as i32);
+        let grid = (r as u32).div_ceil(4);
         // SAFETY: gemv_*(const W* w, const float* bias, const float* x, int x_stride,
         // const int* x_rows, const float* norm_w, float eps, int K, int R, int T, float* y,
         // int y_stride): w holds R×K weights, x and y hold T rows of their strides (buffers sized
         // for max_step_tokens / max_seqs rows), bias/norm are null or K/R floats.
         unsafe {
-            self.gpu.launch_shared(
-                plan.kernel,
-                (plan.grid, 1, 1),
-                gemv::THREADS,
-                plan.shared,
+            self.gpu.launch(
+                kernel,
+                (grid, 1, 1),
+                128,
                 Args::new()
                     .arg(&w.ptr)
                     .arg(&bias.ptr)

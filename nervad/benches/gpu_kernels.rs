@@ -35,7 +35,8 @@ struct Cli {
 enum Mode {
     Rms,
     PlainAdd,
-    SiluAdd,
+    /// RMSNorm + gate|up (rows interleaved in pairs) + silu·mul.
+    Glu,
 }
 
 struct Shape {
@@ -64,14 +65,14 @@ const SHAPES: &[Shape] = &[
     Shape {
         model: "qwen3-8b",
         name: "gate_up",
-        mode: Mode::Rms,
+        mode: Mode::Glu,
         k: 4096,
         r: 24576,
     },
     Shape {
         model: "qwen3-8b",
         name: "down",
-        mode: Mode::SiluAdd,
+        mode: Mode::PlainAdd,
         k: 12288,
         r: 4096,
     },
@@ -99,14 +100,14 @@ const SHAPES: &[Shape] = &[
     Shape {
         model: "qwen3-0.6b",
         name: "gate_up",
-        mode: Mode::Rms,
+        mode: Mode::Glu,
         k: 1024,
         r: 6144,
     },
     Shape {
         model: "qwen3-0.6b",
         name: "down",
-        mode: Mode::SiluAdd,
+        mode: Mode::PlainAdd,
         k: 3072,
         r: 1024,
     },
@@ -210,11 +211,7 @@ impl Bench {
         }];
         let (x, norm, y, wbase) = (self.x.ptr, self.norm.ptr, self.y.ptr, self.weights.ptr);
         let region = self.weights.bytes;
-        let x_stride = if shape.mode == Mode::SiluAdd {
-            2 * shape.k
-        } else {
-            shape.k
-        } as i32;
+        let x_stride = shape.k as i32;
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
         let (eps, null) = (1e-6f32, 0u64);
         self.time(|gpu, i| {
@@ -305,7 +302,7 @@ fn run(cli: &Cli) -> Res<()> {
     let modes = [
         ("rms", Mode::Rms),
         ("plain_add", Mode::PlainAdd),
-        ("silu_add", Mode::SiluAdd),
+        ("glu", Mode::Glu),
     ];
     let mut families = Vec::new();
     for (mode, m) in modes {

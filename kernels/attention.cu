@@ -18,10 +18,10 @@
 #include "kv.cuh"
 #include "rope.cuh"
 
-#define ATTN_THREADS 128
+#define ATTN_THREADS 256
 #define ATTN_WARPS (ATTN_THREADS / 32)
 #define ATTN_TILE 32
-// Threads per position in the score pass (each takes every fourth 16-byte chunk of the key).
+// Threads per position in the score pass (each takes every eighth 16-byte chunk of the key).
 #define ATTN_PER_POS (ATTN_THREADS / ATTN_TILE)
 #define ATTN_MAX_GROUP 8
 #define ATTN_MAX_DIM 256
@@ -36,7 +36,12 @@ struct AttnShared {
     float qs[ATTN_MAX_GROUP][MAXD];
     float sc[ATTN_MAX_GROUP][ATTN_TILE];
     float m_run[ATTN_MAX_GROUP], l_run[ATTN_MAX_GROUP], corr[ATTN_MAX_GROUP];
-    float red[ATTN_WARPS][ATTN_MAX_GROUP * MAXD];
+    // The warps' value accumulators, merged in two levels (warps w and w + 4 into row w, then
+    // rows 0..3 in order).
+    float red[4][ATTN_MAX_GROUP * MAXD];
+    // Per head of the merge: the splits' weights and the normalizer.
+    float wz[ATTN_MAX_GROUP][ATTN_SPLITS];
+    float norm[ATTN_MAX_GROUP];
 };
 
 // `EPL` consecutive elements of a KV row with one load (EPL = 1, 2, 4 or 8).
@@ -94,8 +99,8 @@ __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM
         const int base = first + s * ATTN_TILE;
         const int n = min(ATTN_TILE, span - s * ATTN_TILE);
         // Every load of the tile goes out before any arithmetic: the key chunks of this
-        // thread's position (four adjacent threads per position) and the value rows of this
-        // warp's positions (warp + 4 u), both addressed through the block table.
+        // thread's position (eight adjacent threads per position) and the value rows of this
+        // warp's positions (warp + 8 u), both addressed through the block table.
         uint4 raw[MAX_KCH];
         const KV* krow = kv;
 #pragma unroll
@@ -145,11 +150,12 @@ __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM
                 }
             }
         }
-        // A fixed tree over the position's four threads.
+        // A fixed tree over the position's eight threads.
 #pragma unroll
         for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
             dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 1);
             dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 2);
+            dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 4);
         }
         if (p < n && q == 0) {
 #pragma unroll
@@ -196,56 +202,76 @@ __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM
         __syncthreads();
     }
 
-    // Merge the warps' accumulators in warp order (a fixed order), then write the partial.
-    if (lane_active) {
-        for (int a = 0; a < G; ++a)
+    // Merge the warps' accumulators in a fixed order — (w0 + w4) + (w1 + w5) + (w2 + w6) +
+    // (w3 + w7) — then write the partial.
+    static_assert(ATTN_WARPS == 8, "the merge pairs warps w and w + 4");
+    for (int half = 0; half < 2; ++half) {
+        if ((warp >> 2) == half && lane_active) {
+            float* r = sh.red[warp & 3];
+            for (int a = 0; a < G; ++a)
 #pragma unroll
-            for (int e = 0; e < MAX_EPL; ++e)
-                if (e < epl) sh.red[warp][a * D + lane * epl + e] = acc[a][e];
+                for (int e = 0; e < MAX_EPL; ++e)
+                    if (e < epl) {
+                        const int i = a * D + lane * epl + e;
+                        r[i] = half == 0 ? acc[a][e] : r[i] + acc[a][e];
+                    }
+        }
+        __syncthreads();
     }
-    __syncthreads();
-    for (int a = 0; a < G; ++a) {
+    for (int i = tid; i < G * D; i += ATTN_THREADS) {
+        const int a = i / D, d = i % D;
         const size_t pi = ((size_t)t * heads + g * G + a) * Z + z;
-        for (int d = tid; d < D; d += ATTN_THREADS) {
-            float r = 0.f;
-#pragma unroll
-            for (int w = 0; w < ATTN_WARPS; ++w) r += sh.red[w][a * D + d];
-            part_o[pi * D + d] = r;
-        }
-        if (tid == 0) {
-            part_ml[pi * 2] = sh.m_run[a];
-            part_ml[pi * 2 + 1] = sh.l_run[a];
-        }
+        part_o[pi * D + d] = ((sh.red[0][i] + sh.red[1][i]) + sh.red[2][i]) + sh.red[3][i];
+    }
+    if (tid < G) {
+        const size_t pi = ((size_t)t * heads + g * G + tid) * Z + z;
+        part_ml[pi * 2] = sh.m_run[tid];
+        part_ml[pi * 2 + 1] = sh.l_run[tid];
     }
 }
 
-// out[d] = sum_z e^(m_z - M) o_z[d] / sum_z e^(m_z - M) l_z over the partials p0 .. p0+Z-1, z
-// in order. Partials are read past L1 (__ldcg): in attn_decode other blocks wrote them during
-// this kernel.
-__device__ __forceinline__ void combine_head(const float* part_o, const float* part_ml,
-                                             size_t p0, int head_dim, float* __restrict__ out,
-                                             int tid, int threads) {
-    float m[ATTN_SPLITS], l[ATTN_SPLITS];
+// out[h][d] = sum_z e^(m_z - M) o_z[d] / sum_z e^(m_z - M) l_z for heads h0 .. h0 + G - 1
+// (partials p0(h) .. p0(h) + Z - 1, z in order), by the whole block: the heads' weights first
+// (one round trip), then every output element with all its split values loaded at once.
+// Partials are read past L1 (__ldcg): in attn_decode other blocks wrote them during this kernel.
+template <int MAXD>
+__device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float* part_o,
+                                              const float* part_ml, size_t t, int heads, int h0,
+                                              int G, int head_dim, float* __restrict__ out) {
+    const int tid = threadIdx.x;
+    if (tid < G) {
+        const size_t p0 = ((size_t)t * heads + h0 + tid) * ATTN_SPLITS;
+        float m[ATTN_SPLITS], l[ATTN_SPLITS];
 #pragma unroll
-    for (int z = 0; z < ATTN_SPLITS; ++z) {
-        m[z] = __ldcg(part_ml + (p0 + z) * 2);
-        l[z] = __ldcg(part_ml + (p0 + z) * 2 + 1);
+        for (int z = 0; z < ATTN_SPLITS; ++z) {
+            m[z] = __ldcg(part_ml + (p0 + z) * 2);
+            l[z] = __ldcg(part_ml + (p0 + z) * 2 + 1);
+        }
+        float M = -INFINITY;
+#pragma unroll
+        for (int z = 0; z < ATTN_SPLITS; ++z) M = fmaxf(M, m[z]);
+        float L = 0.f;
+#pragma unroll
+        for (int z = 0; z < ATTN_SPLITS; ++z) {
+            const float w = m[z] == -INFINITY ? 0.f : expf(m[z] - M);
+            sh.wz[tid][z] = w;
+            L += l[z] * w;
+        }
+        sh.norm[tid] = L;
     }
-    float M = -INFINITY;
+    __syncthreads();
+    for (int i = tid; i < G * head_dim; i += blockDim.x) {
+        const int a = i / head_dim, d = i % head_dim;
+        const size_t p0 = ((size_t)t * heads + h0 + a) * ATTN_SPLITS;
+        // An empty split wrote zeros: every value is loaded, the sum skips zero weights.
+        float oz[ATTN_SPLITS];
 #pragma unroll
-    for (int z = 0; z < ATTN_SPLITS; ++z) M = fmaxf(M, m[z]);
-    float L = 0.f, wz[ATTN_SPLITS];
-#pragma unroll
-    for (int z = 0; z < ATTN_SPLITS; ++z) {
-        wz[z] = m[z] == -INFINITY ? 0.f : expf(m[z] - M);
-        L += l[z] * wz[z];
-    }
-    for (int d = tid; d < head_dim; d += threads) {
+        for (int z = 0; z < ATTN_SPLITS; ++z) oz[z] = __ldcg(part_o + (p0 + z) * head_dim + d);
         float o = 0.f;
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z)
-            if (wz[z] != 0.f) o += __ldcg(part_o + (p0 + z) * head_dim + d) * wz[z];
-        out[d] = o / L;
+            if (sh.wz[a][z] != 0.f) o += oz[z] * sh.wz[a][z];
+        out[(size_t)a * head_dim + d] = o / sh.norm[a];
     }
 }
 
@@ -309,30 +335,45 @@ __device__ __forceinline__ void attn_decode_body(
     // block that reads it (attn_partial's first barrier orders the writes before its reads).
     if (((s.pos - s.first) / ATTN_TILE) % Z == z) {
         const int page = s.table[s.pos / geo.page_tokens];
-        if (warp == 0)
+        // Warps past the query heads take the key and the value where there are such warps.
+        const int kw = G < ATTN_WARPS ? G : 0, vw = G + 1 < ATTN_WARPS ? G + 1 : 1;
+        if (warp == kw)
             rope_head<KV>(row + q_dim + g * D, k_norm, eps, cs, sn, D, lane, nullptr,
                           kv + kv_offset(geo, page, 0, s.pos) + g * D);
-        else if (warp == 1)
+        else if (warp == vw)
             copy_head<KV>(row + q_dim + kv_dim + g * D, D, lane,
                           kv + kv_offset(geo, page, 1, s.pos) + g * D);
     }
     attn_partial<KV, DIM>(sh, kv, s.table, geo, t, g, z, Z, heads, G, D, s.first, s.span,
                           scale, part_o, part_ml);
-    // The last of the Z blocks of (t, g) to finish merges the partials (threadfence-reduction:
-    // each block publishes its partial before counting itself done).
-    __threadfence();
+    // The last of the Z blocks of (t, g) to finish merges the partials. The barrier gathers the
+    // block's partial writes; thread 0's fence (cumulative over them) publishes them before it
+    // counts the block done, and the last block's fence after the count orders its reads.
     __syncthreads();
-    if (tid == 0) last = atomicAdd(&done[t * kv_heads + g], 1) == Z - 1;
+    if (tid == 0) {
+        __threadfence();
+        last = atomicAdd(&done[t * kv_heads + g], 1) == Z - 1;
+        if (last) __threadfence();
+    }
     __syncthreads();
     if (!last) return;
-    __threadfence();
-    for (int a = 0; a < G; ++a) {
-        const int h = g * G + a;
-        combine_head(part_o, part_ml, ((size_t)t * heads + h) * Z, D,
-                     out + (size_t)t * q_dim + h * D, tid, ATTN_THREADS);
-    }
+    combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D);
     // Ready for the next step (and the next layer) that uses this counter.
     if (tid == 0) done[t * kv_heads + g] = 0;
+}
+
+// The split path's merge: one block per (token, kv head), the same arithmetic as attn_decode's.
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __restrict__ part_o,
+                                                  const float* __restrict__ part_ml, int heads,
+                                                  int kv_heads, int head_dim,
+                                                  float* __restrict__ out) {
+    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    const int t = blockIdx.x, g = blockIdx.y;
+    if (t >= meta.counts[0]) return;
+    const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
+    combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D,
+                  out + (size_t)t * heads * D + g * G * D);
 }
 
 #define ATTN_ENTRY(DT, KV, DIM, SUFFIX)                                                         \
@@ -342,6 +383,11 @@ __device__ __forceinline__ void attn_decode_body(
         float* part_ml) {                                                                       \
         attn_split_body<KV, DIM>(meta, q, kv, tables, geo, heads, kv_heads, head_dim, window,   \
                                  scale, part_o, part_ml);                                       \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_combine_##DT##SUFFIX(       \
+        StepMeta meta, const float* part_o, const float* part_ml, int heads, int kv_heads,      \
+        int head_dim, float* out) {                                                             \
+        attn_combine_body<KV, DIM>(meta, part_o, part_ml, heads, kv_heads, head_dim, out);      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_##DT##SUFFIX(        \
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
@@ -363,12 +409,3 @@ __device__ __forceinline__ void attn_decode_body(
 
 ATTN_DTYPE(bf16, __nv_bfloat16)
 ATTN_DTYPE(f16, __half)
-
-extern "C" __global__ void attn_combine(StepMeta meta, const float* __restrict__ part_o,
-                                        const float* __restrict__ part_ml, int heads,
-                                        int head_dim, int splits, float* __restrict__ out) {
-    const int t = blockIdx.x, h = blockIdx.y;
-    if (t >= meta.counts[0]) return;
-    combine_head(part_o, part_ml, ((size_t)t * heads + h) * ATTN_SPLITS, head_dim,
-                 out + (size_t)t * heads * head_dim + h * head_dim, threadIdx.x, blockDim.x);
-}

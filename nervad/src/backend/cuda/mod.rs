@@ -36,6 +36,8 @@ use driver::{Args, DevBuf, DriverCounters, Event, Gpu, Graph, Kernel, Pinned};
 /// Query tokens' attention span is cut into this many partial blocks per kv head (fixed, so
 /// results never depend on the batch).
 const ATTN_SPLITS: u32 = 16;
+/// Threads per attention block (`ATTN_THREADS` in kernels/attention.cu).
+const ATTN_THREADS: u32 = 256;
 /// Must match `kernels/attention.cu`.
 const ATTN_MAX_GROUP: usize = 8;
 const ATTN_MAX_DIM: usize = 256;
@@ -887,7 +889,7 @@ impl CudaBackend {
                     };
                     vec![
                         format!("attn_split_{dt}{d}"),
-                        "attn_combine".into(),
+                        format!("attn_combine_{dt}{d}"),
                         format!("attn_decode_{dt}{d}"),
                     ]
                 }
@@ -1354,7 +1356,6 @@ impl CudaBackend {
         let eps = c.rms_norm_eps as f32;
         let window = c.sliding_window.unwrap_or(0) as i32;
         let scale = 1.0f32 / (c.head_dim as f32).sqrt();
-        let splits = ATTN_SPLITS as i32;
         // One warp per head (q, k and v heads) in a single pass where 1024 threads allow.
         let rope_threads =
             (32 * (c.num_attention_heads + 2 * c.num_key_value_heads)).min(1024) as u32;
@@ -1373,7 +1374,7 @@ impl CudaBackend {
                 self.gpu.launch(
                     self.k.attn_decode,
                     (t as u32, kv_heads as u32, ATTN_SPLITS),
-                    128,
+                    ATTN_THREADS,
                     Args::new()
                         .arg(&meta)
                         .arg(&b.qkv.ptr)
@@ -1432,7 +1433,7 @@ impl CudaBackend {
             self.gpu.launch(
                 self.k.attn_split,
                 (t as u32, kv_heads as u32, ATTN_SPLITS),
-                128,
+                ATTN_THREADS,
                 Args::new()
                     .arg(&meta)
                     .arg(&b.q.ptr)
@@ -1448,21 +1449,21 @@ impl CudaBackend {
                     .arg(&b.part_ml.ptr),
             )
         }?;
-        // SAFETY: attn_combine(StepMeta, const float* part_o, const float* part_ml,
-        // int heads, int head_dim, int splits, float* out): same partial layout; out holds
+        // SAFETY: attn_combine_*(StepMeta, const float* part_o, const float* part_ml,
+        // int heads, int kv_heads, int head_dim, float* out): same partial layout; out holds
         // max_step_tokens × q_dim floats.
         unsafe {
             self.gpu.launch(
                 self.k.attn_combine,
-                (t as u32, heads as u32, 1),
-                128,
+                (t as u32, kv_heads as u32, 1),
+                ATTN_THREADS,
                 Args::new()
                     .arg(&meta)
                     .arg(&b.part_o.ptr)
                     .arg(&b.part_ml.ptr)
                     .arg(&heads)
+                    .arg(&kv_heads)
                     .arg(&hd)
-                    .arg(&splits)
                     .arg(&b.attn.ptr),
             )
         }?;

@@ -587,6 +587,14 @@ impl Client {
         self.admin(AdminQuery::Stats)
     }
 
+    /// The token ledger of recent samples as JSON: each sample's sums and its per-token records
+    /// (wall latency, observation lag, device time, launches, syncs by class, copies,
+    /// allocations). The daemon leaves out the oldest samples when the whole does not fit this
+    /// client's output region (`omitted_samples` counts them).
+    pub fn ledger(&mut self) -> Result<String> {
+        self.admin(AdminQuery::Ledger)
+    }
+
     /// Ask the daemon to drain and exit (subject to its access policy). Returns its
     /// acknowledgement as JSON.
     pub fn shutdown_daemon(&mut self) -> Result<String> {

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use super::table::{Column, Show, Table, col};
 use clap::Args;
 use nerva_client::{Client, Error, EventRef, GenerateParams, Prompt, status_code};
 
@@ -97,6 +98,13 @@ fn human(d: std::time::Duration) -> String {
         format!("{:.2} s", us / 1e6)
     }
 }
+
+/// Columns of the `--logprobs` table.
+pub const LOGPROB_COLUMNS: [Column; 3] = [
+    col("position", Show::Number),
+    col("token", Show::Number),
+    col("logprob", Show::Number),
+];
 
 /// Run it.
 pub fn run(
@@ -255,10 +263,13 @@ pub fn run(
         if a.logprobs {
             for i in 0..n {
                 println!("\n--- sample {i}: log-probabilities ---");
-                println!("{:>5} {:>8} {:>9}", "pos", "token id", "logprob");
+                let mut t = Table::new(&LOGPROB_COLUMNS);
                 for (pos, (id, lp)) in tokens[i].iter().zip(&logprobs[i]).enumerate() {
-                    println!("{pos:>5} {id:>8} {lp:>9.4}");
+                    let row = serde_json::json!({"position": pos, "token": id,
+                                                 "logprob": format!("{lp:.4}")});
+                    t.object_row(&LOGPROB_COLUMNS, &row);
                 }
+                t.print();
             }
         }
     }

@@ -456,3 +456,29 @@ fn every_documented_command_against_a_live_daemon() {
     let gone = json(&daemon.ctl(&["--json", "status"]));
     assert_eq!(gone["error"]["name"], "NoDaemon", "{gone}");
 }
+
+#[test]
+fn demo_says_the_model_is_random_and_samples_vary_with_the_seed() {
+    let cache = std::env::temp_dir().join(format!("nervactl-demo-cache-{}", std::process::id()));
+    let daemon = nervad();
+    let run = |seed: &str| {
+        let out = Command::new(NERVACTL)
+            .args(["demo", "--max-tokens", "12", "--seed", seed, "--nervad"])
+            .arg(&daemon)
+            // A private cache: the demo model is generated there, not in the user's.
+            .env("XDG_CACHE_HOME", &cache)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run nervactl demo");
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stdout.starts_with("Once upon a time\n"), "{stdout}");
+        assert!(stderr.contains("RANDOM weights"), "{stderr}");
+        assert!(stderr.contains("seed"), "{stderr}");
+        stdout
+    };
+    let (one, two) = (run("1"), run("2"));
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(one.len() > "Once upon a time\n".len(), "{one}");
+    assert_ne!(one, two, "the demo's sampling varies with the seed");
+}

@@ -1,4 +1,5 @@
-//! `nervactl`: poke a running `nervad` (status, clients, stats, generate, ping, bench, shutdown).
+//! `nervactl`: poke a running `nervad` (status, clients, stats, ledger, generate, ping, bench,
+//! shutdown) or run the demo.
 
 mod nervactl {
     pub mod bench;

@@ -2,9 +2,9 @@
 //!
 //! Two owners, no sharing on the hot path: the poll thread owns the [`TokenLedger`] (plain
 //! integers, it is the only writer and the only reader, since admin replies are built on that
-//! thread), and the engine thread records per-request latencies into [`LatencyStats`] once per
-//! finished sample (one uncontended mutex acquisition per finished sample; none per token or
-//! per descriptor).
+//! thread), and the engine thread records per-request latencies and the sample's token ledger
+//! ([`super::ledger_history`]) into [`LatencyStats`] once per finished sample (one uncontended
+//! mutex acquisition per finished sample; none per token or per descriptor).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -307,6 +307,47 @@ fn every_documented_command_against_a_live_daemon() {
     // Without --logprobs, JSON carries none.
     assert!(direct["samples"][0].get("logprobs").is_none());
 
+    // --ledger: the request's own token ledger after the text, one record per token.
+    let led = json(&daemon.ctl(&[
+        "--json",
+        "generate",
+        "Hi",
+        "--max-tokens",
+        "5",
+        "--ignore-eos",
+        "--n-samples",
+        "2",
+        "--temperature",
+        "0.7",
+        "--ledger",
+    ]));
+    let samples = led["ledger"].as_array().expect("ledger array");
+    assert_eq!(samples.len(), 2, "{led}");
+    for s in samples {
+        assert_eq!(s["tokens"], 5, "{s}");
+        assert_eq!(s["records"].as_array().map(Vec::len), Some(5), "{s}");
+    }
+    assert!(direct.get("ledger").is_none(), "only when asked");
+    let out = daemon.ctl(&[
+        "generate",
+        "Hi",
+        "--max-tokens",
+        "3",
+        "--ignore-eos",
+        "--ledger",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[ledger, sample 0: 3 tokens | wall: "),
+        "{stderr}"
+    );
+    let table = stdout
+        .split_once("--- sample 0: token ledger ---\n")
+        .map(|(_, t)| t)
+        .expect("ledger table");
+    assert_eq!(tables(table)[0].len(), 4, "header and 3 tokens: {table}");
+
     // Errors: bad input is refused with the daemon's numbers, as JSON under --json.
     let out = daemon.ctl(&["--json", "generate", "Hi", "--n-samples", "5"]);
     assert!(!out.status.success());

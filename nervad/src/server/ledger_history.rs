@@ -190,10 +190,13 @@ impl LedgerHistory {
     }
 }
 
-/// One sample's identity, outcome, completion timings and ledger sums as a flat object.
+/// One sample's identity (the client's slot and its generation, as `nervactl clients` shows
+/// them, the request's tag and the sample index), outcome, completion timings and ledger sums
+/// as a flat object.
 fn sample_json(e: &SampleEntry) -> Value {
     let mut m = serde_json::Map::new();
-    m.insert("client".into(), e.key.client.slot.into());
+    m.insert("client_slot".into(), e.key.client.slot.into());
+    m.insert("client_generation".into(), e.key.client.generation.into());
     m.insert("tag".into(), e.key.tag.into());
     m.insert("sample".into(), e.sample.into());
     m.insert("finish".into(), finish_name(e.reason).into());

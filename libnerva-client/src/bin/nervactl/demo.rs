@@ -128,6 +128,7 @@ pub fn run(a: &DemoArgs) -> Result<(), Error> {
         top_logprobs: 0,
         priority: 0,
         logprobs: false,
+        ledger: false,
     };
     if a.model.is_none() {
         eprintln!(

@@ -169,7 +169,7 @@ pub const PER_TOKEN_FIELDS: [(&str, Show); 13] = [
 
 /// Columns of the recent samples in `stats` (human-scaled; `--json` has every sum).
 pub const SAMPLE_COLUMNS: [Column; 15] = [
-    col("client", Show::Number),
+    col("client_slot", Show::Number),
     col("tag", Show::Number),
     col("sample", Show::Number),
     col("finish", Show::Text),

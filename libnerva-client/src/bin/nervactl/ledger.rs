@@ -23,7 +23,7 @@ pub struct LedgerArgs {
 
 /// Columns of the per-token table (human-scaled; the JSON has every figure).
 pub const RECORD_COLUMNS: [Column; 16] = [
-    col("client", Show::Number),
+    col("client_slot", Show::Number),
     col("tag", Show::Number),
     col("sample", Show::Number),
     col("index", Show::Number),
@@ -94,7 +94,7 @@ pub fn run(client: &mut Client, a: &LedgerArgs, as_json: bool) -> Result<(), Err
         {
             // Each record row names its sample.
             let mut row = r.clone();
-            for k in ["client", "tag", "sample"] {
+            for k in ["client_slot", "tag", "sample"] {
                 row[k] = s[k].clone();
             }
             t.object_row(&RECORD_COLUMNS, &row);

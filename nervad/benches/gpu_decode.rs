@@ -84,11 +84,13 @@ fn delta(a: BackendStats, b: BackendStats) -> BackendStats {
         graph_nodes: b.graph_nodes - a.graph_nodes,
         hard_syncs: b.hard_syncs - a.hard_syncs,
         policy_syncs: b.policy_syncs - a.policy_syncs,
+        debug_syncs: b.debug_syncs - a.debug_syncs,
         h2d_bytes: b.h2d_bytes - a.h2d_bytes,
         d2h_bytes: b.d2h_bytes - a.d2h_bytes,
         device_allocs: b.device_allocs - a.device_allocs,
         pinned_allocs: b.pinned_allocs - a.pinned_allocs,
         gpu_ms: b.gpu_ms - a.gpu_ms,
+        host_ns: b.host_ns - a.host_ns,
     }
 }
 

@@ -389,3 +389,120 @@ fn prefill_and_fused_decode_give_identical_bits() {
         );
     }
 }
+
+#[test]
+fn step_reports_add_up_to_the_cumulative_stats() {
+    use nervad::backend::{SeqStep, StepOutput, StepReport};
+    let Some(cuda) = device() else { return };
+    let dir = checkpoint(Preset::Tiny);
+    let m = load(&dir);
+    let options = EngineOptions {
+        max_batch: 2,
+        max_context: 256,
+        ..EngineOptions::default()
+    };
+    let mut b = nervad::backend::build(
+        BackendChoice::Cuda,
+        &m.config,
+        &m.weights,
+        options.backend_options(&m.config),
+        cuda,
+    )
+    .expect("CUDA backend");
+    let before: BackendStats = b.stats();
+    let prompt = [3u32, 4, 5, 6];
+    b.start_sequence(0, &SamplingParams::default(), 0, &prompt)
+        .expect("start");
+    let table: Vec<u32> = (0..16).collect();
+    let mut out = StepOutput::with_capacity(2);
+    let mut reports: Vec<StepReport> = Vec::new();
+    let token = [0u32];
+    // Prefill, then decode steps launched two deep (step t+1 before collecting t), as the
+    // engine does: each report must still hold only its own step's figures.
+    b.launch(
+        &[SeqStep {
+            slot: 0,
+            tokens: &prompt,
+            start_pos: 0,
+            block_table: &table,
+            sample: true,
+            want_logits: false,
+            from_last_sample: false,
+        }],
+        &mut out,
+    )
+    .expect("prefill");
+    for pos in 4..20u32 {
+        b.launch(
+            &[SeqStep {
+                slot: 0,
+                tokens: &token,
+                start_pos: pos,
+                block_table: &table,
+                sample: true,
+                want_logits: false,
+                from_last_sample: true,
+            }],
+            &mut out,
+        )
+        .expect("decode");
+        b.collect(&mut out).expect("collect");
+        let seen = Instant::now();
+        let finished = out
+            .report
+            .finished_at
+            .expect("device end on the host clock");
+        assert!(finished <= seen + std::time::Duration::from_micros(50));
+        reports.push(out.report);
+    }
+    b.collect(&mut out).expect("last collect");
+    reports.push(out.report);
+    let after = b.stats();
+    let sum = |f: fn(&StepReport) -> u64| reports.iter().map(f).sum::<u64>();
+    assert_eq!(after.steps - before.steps, reports.len() as u64);
+    assert_eq!(after.launches - before.launches, sum(|r| r.launches));
+    assert_eq!(
+        after.graph_launches - before.graph_launches,
+        sum(|r| r.graph_replays)
+    );
+    assert_eq!(
+        after.graph_nodes - before.graph_nodes,
+        sum(|r| r.graph_nodes)
+    );
+    assert_eq!(after.hard_syncs - before.hard_syncs, sum(|r| r.hard_syncs));
+    assert_eq!(
+        after.policy_syncs - before.policy_syncs,
+        sum(|r| r.policy_syncs)
+    );
+    assert_eq!(
+        after.debug_syncs - before.debug_syncs,
+        sum(|r| r.debug_syncs)
+    );
+    assert_eq!(after.h2d_bytes - before.h2d_bytes, sum(|r| r.h2d_bytes));
+    assert_eq!(after.d2h_bytes - before.d2h_bytes, sum(|r| r.d2h_bytes));
+    assert_eq!(
+        after.device_allocs - before.device_allocs,
+        sum(|r| r.device_allocs)
+    );
+    assert_eq!(
+        after.pinned_allocs - before.pinned_allocs,
+        sum(|r| r.pinned_allocs)
+    );
+    assert_eq!(after.host_ns - before.host_ns, sum(|r| r.host_ns));
+    let gpu_ms = sum(|r| r.gpu_ns) as f64 / 1e6;
+    assert!(
+        ((after.gpu_ms - before.gpu_ms) - gpu_ms).abs() < 1e-3 * reports.len() as f64,
+        "device time: {} ms cumulative vs {gpu_ms} ms in the reports",
+        after.gpu_ms - before.gpu_ms
+    );
+    assert!(
+        reports.iter().all(|r| r.gpu_ns > 0 && r.hard_syncs == 1),
+        "every step ran on the device and was waited for once"
+    );
+    assert!(
+        reports
+            .windows(2)
+            .all(|w| w[0].finished_at <= w[1].finished_at),
+        "steps finish in launch order"
+    );
+}

@@ -42,9 +42,10 @@ use super::api::{
 };
 use super::detok::{Pushed, TextStream};
 use super::kv_pool::KvPagePool;
+use super::ledger::{EMPTY_LEDGER, SampleLedger, StepShare, TokenSeen};
 use super::model::EngineModel;
 use crate::backend::sampling::validate_params;
-use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput};
+use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput, StepReport};
 
 /// Engine sizes. Defaults suit the CPU backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +155,8 @@ struct Sequence {
     last_token_at: Option<Instant>,
     /// Ids generated so far (to rebuild the sampler's penalty state after parking).
     output: Vec<u32>,
+    /// What the sample's steps and tokens cost (`super::ledger`).
+    ledger: SampleLedger,
 }
 
 /// A slot index in `Request::slots` for a sample that is parked (no slot).
@@ -191,6 +194,7 @@ impl Sequence {
             first_token_at: None,
             last_token_at: None,
             output: Vec::with_capacity(limits.max_context),
+            ledger: SampleLedger::new(),
         }
     }
 }
@@ -583,6 +587,7 @@ impl Engine {
             seq.last_token_at = None;
             seq.table.clear();
             seq.output.clear();
+            seq.ledger.reset();
         }
         // Pages: the primary holds the shared prompt pages and its own; the others share them.
         let primary = req.slots[0] as usize;
@@ -749,12 +754,14 @@ impl Engine {
                 });
             }
         }
-        let timings = self.timings(req, Some(&self.seqs[slot as usize]));
+        let seq = &self.seqs[slot as usize];
+        let timings = self.timings(req, Some(seq));
         sink.emit(EngineEvent::Done {
             key,
             sample,
             reason,
             timings,
+            ledger: &seq.ledger,
         });
         let seq = &mut self.seqs[slot as usize];
         seq.active = false;
@@ -796,6 +803,7 @@ impl Engine {
                         sample,
                         reason: FinishReason::Cancelled,
                         timings,
+                        ledger: &EMPTY_LEDGER,
                     });
                 }
                 self.remove_request(rid);
@@ -835,6 +843,7 @@ impl Engine {
                     sample: seq.sample,
                     reason,
                     timings,
+                    ledger: &seq.ledger,
                 });
             }
             seq.active = false;
@@ -922,6 +931,31 @@ impl Engine {
                 self.fail_request(rid, RequestError::Backend(e.to_string()), Some(&mut *sink));
             }
         }
+    }
+
+    /// Enter a token a step of `batch` entries produced in its sample's ledger, before
+    /// `accept_token` acts on it (a stop token ends the sample, and its `Done` carries the
+    /// ledger).
+    fn note_token(
+        &mut self,
+        slot: u32,
+        token: u32,
+        now: Instant,
+        report: &StepReport,
+        batch: usize,
+    ) {
+        let seq = &mut self.seqs[slot as usize];
+        let Some(req) = self.requests[seq.request].as_ref() else {
+            return;
+        };
+        seq.ledger.token(&TokenSeen {
+            token,
+            received: req.received_at,
+            previous: seq.last_token_at,
+            now,
+            finished_at: report.finished_at,
+            batch,
+        });
     }
 
     /// Handle one sampled token of a decoding sample.
@@ -1145,6 +1179,8 @@ impl Engine {
             return;
         }
         let now = Instant::now();
+        let report = self.out.report;
+        let batch = self.entries.len();
         for i in 0..self.entries.len() {
             let entry = self.entries[i];
             let current = {
@@ -1154,6 +1190,9 @@ impl Engine {
             if !current {
                 continue;
             }
+            self.seqs[entry.slot as usize]
+                .ledger
+                .charge(&StepShare::split(&report, i, batch));
             let sampled = self.out.samples.get(i).copied().flatten();
             if entry.prefill > 0 {
                 let Some(req) = self.requests[entry.request].as_mut() else {
@@ -1174,6 +1213,7 @@ impl Engine {
                         }
                         self.seqs[entry.slot as usize].decoding = true;
                         if let Some(tok) = sampled {
+                            self.note_token(entry.slot, tok.token, now, &report, batch);
                             self.accept_token(entry.slot, tok, now, sink);
                         }
                     }
@@ -1181,6 +1221,7 @@ impl Engine {
             } else {
                 self.seqs[entry.slot as usize].len += 1;
                 if let Some(tok) = sampled {
+                    self.note_token(entry.slot, tok.token, now, &report, batch);
                     self.accept_token(entry.slot, tok, now, sink);
                 }
             }
@@ -1425,6 +1466,7 @@ impl InferenceEngine for Engine {
                         sample,
                         reason,
                         timings,
+                        ledger: &EMPTY_LEDGER,
                     });
                 }
                 self.remove_request(rid);
@@ -1486,6 +1528,7 @@ impl InferenceEngine for Engine {
         g.graph_nodes.store(d.graph_nodes, Relaxed);
         g.hard_syncs.store(d.hard_syncs, Relaxed);
         g.policy_syncs.store(d.policy_syncs, Relaxed);
+        g.debug_syncs.store(d.debug_syncs, Relaxed);
         g.h2d_bytes.store(d.h2d_bytes, Relaxed);
         g.d2h_bytes.store(d.d2h_bytes, Relaxed);
         g.device_allocs.store(d.device_allocs, Relaxed);

@@ -18,6 +18,7 @@
 pub mod blas;
 pub mod driver;
 pub mod kernels;
+pub mod step_ledger;
 
 use std::collections::VecDeque;
 
@@ -28,10 +29,11 @@ use super::cpu::rope::RopeTable;
 use super::sampling::{check_fork, check_start};
 use super::{
     Backend, BackendError, BackendInfo, BackendLimits, BackendOptions, MAX_TOP_LOGPROBS,
-    SampledToken, SeqStep, StepOutput, validate_step,
+    SampledToken, SeqStep, StepOutput, StepReport, validate_step,
 };
 use blas::Blas;
 use driver::{Args, DevBuf, DriverCounters, Event, Gpu, Graph, Kernel, Pinned};
+use step_ledger::{CounterMark, DeviceClock};
 
 /// Query tokens' attention span is cut into this many partial blocks per kv head (fixed, so
 /// results never depend on the batch).
@@ -285,6 +287,8 @@ struct InFlight {
     seqs: usize,
     /// Batch entries that sample (by batch index).
     sample: [bool; 1024],
+    /// The step's figures so far (its launch's share; collect adds the rest).
+    report: StepReport,
 }
 
 /// Staging of one ring entry.
@@ -309,8 +313,8 @@ pub struct CudaStats {
     pub gpu_ms: f64,
     /// Device time of the last collected step, ms.
     pub last_gpu_ms: f32,
-    /// cuBLAS GEMMs enqueued (prefill projections; each launches one or more kernels).
-    pub gemm_launches: u64,
+    /// Host time inside launch and collect of the collected steps, ns.
+    pub host_ns: u64,
 }
 
 /// The kind of a layer projection.
@@ -383,6 +387,13 @@ pub struct CudaBackend {
     blas: Option<Blas>,
     /// Rows of the step being enqueued from which projections go through cuBLAS.
     gemm_from: Option<usize>,
+    /// Where the next step's share of the driver counters starts (`step_ledger`).
+    mark: CounterMark,
+    /// Device event times on the host clock (when a step finished).
+    clock: DeviceClock,
+    /// `NERVA_CUDA_SYNC=1`: wait for every step at launch (asynchronous errors surface at the
+    /// step that caused them, as with `CUDA_LAUNCH_BLOCKING`), counted as debug syncs.
+    sync_each_step: bool,
     /// Last: dropped after every handle above that belongs to its context.
     gpu: Gpu,
 }
@@ -949,6 +960,7 @@ impl CudaBackend {
         }
         let logits_stage = gpu.pinned(s * vocab * 4)?;
         gpu.synchronize()?;
+        let clock = DeviceClock::new(&mut gpu)?;
 
         let limits = BackendLimits {
             max_seqs: s,
@@ -988,9 +1000,14 @@ impl CudaBackend {
             stats: CudaStats::default(),
             blas,
             gemm_from: None,
+            mark: CounterMark::new(DriverCounters::default()),
+            clock,
+            sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
             gpu,
         };
         backend.capture_buckets()?;
+        // Start-up work (weights, capture) belongs to no step.
+        backend.mark = CounterMark::new(backend.gpu.counters);
         tracing::info!(
             device = %backend.device_name,
             arena_gib = gib(arena_bytes),
@@ -1204,7 +1221,9 @@ impl CudaBackend {
         // SAFETY: xa holds m × K prepared inputs, w is R × K weights, y rows split..t of
         // y_stride floats lie in an activation buffer, which overlaps neither.
         unsafe { blas.gemm(xa, p.w.ptr, m, p.r, p.k, y, y_stride, accumulate) }?;
-        self.stats.gemm_launches += 1;
+        // A cuBLAS GEMM counts as one launch (it runs one or more kernels of its own), so the
+        // step ledger charges it to the step that enqueued it.
+        self.gpu.counters.launches += 1;
         if p.bias.ptr != 0 {
             // SAFETY: add_bias(float* y, int y_stride, int t0, const float* bias, int R): rows
             // t0..t0+m of y, bias R floats.
@@ -1781,6 +1800,7 @@ impl Backend for CudaBackend {
 
     fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
         validate_step(&self.limits, self.config.vocab_size, batch)?;
+        let entered = std::time::Instant::now();
         if self.in_flight.len() >= RING {
             return Err(BackendError::Limits(format!(
                 "{RING} steps already launched and not collected"
@@ -1859,16 +1879,28 @@ impl Backend for CudaBackend {
         self.gpu
             .download(&mut self.stages[ring].records, 0..seqs * RECORD_BYTES, recs)?;
         self.gpu.record(&self.stages[ring].end)?;
+        if self.sync_each_step {
+            self.gpu.wait_debug(&self.stages[ring].end)?;
+        }
         let mut sample = [false; 1024];
         for (i, s) in batch.iter().enumerate() {
             sample[i] = s.sample;
         }
-        self.in_flight.push_back(InFlight { ring, seqs, sample });
+        let mut report = StepReport::default();
+        self.mark.charge(self.gpu.counters, &mut report);
+        report.host_ns = entered.elapsed().as_nanos() as u64;
+        self.in_flight.push_back(InFlight {
+            ring,
+            seqs,
+            sample,
+            report,
+        });
         self.stats.steps += 1;
         Ok(())
     }
 
     fn collect(&mut self, out: &mut StepOutput) -> Result<(), BackendError> {
+        let entered = std::time::Instant::now();
         let Some(step) = self.in_flight.pop_front() else {
             return Err(BackendError::InvalidInput(
                 "collect without a launched step".into(),
@@ -1881,6 +1913,18 @@ impl Backend for CudaBackend {
             .elapsed_ms(&self.stages[step.ring].start, &self.stages[step.ring].end)?;
         self.stats.gpu_ms += f64::from(ms);
         self.stats.last_gpu_ms = ms;
+        let finished_at = self
+            .clock
+            .host_time(&self.gpu, &self.stages[step.ring].end)?;
+        self.clock
+            .renew_if_idle(&mut self.gpu, self.in_flight.is_empty())?;
+        let mut report = step.report;
+        self.mark.charge(self.gpu.counters, &mut report);
+        report.gpu_ns = (f64::from(ms) * 1e6) as u64;
+        report.finished_at = Some(finished_at);
+        report.host_ns += entered.elapsed().as_nanos() as u64;
+        self.stats.host_ns += report.host_ns;
+        out.report = report;
         out.samples.clear();
         let records = self.stages[step.ring].records.bytes();
         let word = |rec: usize, i: usize| {
@@ -1926,17 +1970,18 @@ impl Backend for CudaBackend {
         super::BackendStats {
             steps: self.stats.steps,
             graph_steps: self.stats.graph_steps,
-            // A cuBLAS GEMM counts as one launch (it runs one or more kernels of its own).
-            launches: d.launches + self.stats.gemm_launches,
+            launches: d.launches,
             graph_launches: d.graph_launches,
             graph_nodes: d.graph_nodes,
             hard_syncs: d.hard_syncs,
             policy_syncs: d.policy_syncs,
+            debug_syncs: d.debug_syncs,
             h2d_bytes: d.h2d_bytes,
             d2h_bytes: d.d2h_bytes,
             device_allocs: d.device_allocs,
             pinned_allocs: d.pinned_allocs,
             gpu_ms: self.stats.gpu_ms,
+            host_ns: self.stats.host_ns,
         }
     }
 }

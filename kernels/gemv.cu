@@ -20,7 +20,8 @@
 
 #define GEMV_THREADS 128
 #define GEMV_WARPS (GEMV_THREADS / 32)
-#define GEMV_ROWS 4
+// Rows per block: 4, or 2 for matrices with few rows (more, shorter-lived blocks: the launch
+// ramp and the last wave's tail weigh less). The reduction of a row does not depend on it.
 
 enum { IN_RMS = 0, IN_PLAIN = 1 };
 enum { EPI_STORE = 0, EPI_ADD = 1, EPI_GLU = 2 };
@@ -54,18 +55,18 @@ __device__ __forceinline__ void load_inputs(const float* __restrict__ x, int x_s
 }
 
 // Chunk c (8 weights) of each of the block's rows; zeros past the matrix.
-template <typename W>
+template <typename W, int ROWS>
 __device__ __forceinline__ void load_rows(const W* __restrict__ w, int row0, int R, int K, int c,
-                                          int chunks, uint4 out[GEMV_ROWS]) {
+                                          int chunks, uint4 out[ROWS]) {
 #pragma unroll
-    for (int r = 0; r < GEMV_ROWS; ++r) {
+    for (int r = 0; r < ROWS; ++r) {
         const int row = row0 + r;
         out[r] = (c < chunks && row < R) ? load_stream(w + (size_t)row * K + c * 8)
                                          : make_uint4(0, 0, 0, 0);
     }
 }
 
-template <typename W, int TT, int IN, int EPI>
+template <typename W, int TT, int IN, int EPI, int GEMV_ROWS>
 __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* __restrict__ bias,
                                           const float* __restrict__ x, int x_stride,
                                           const int* __restrict__ x_rows,
@@ -84,7 +85,7 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
         // go out before the prologue's reductions, and each later chunk's loads before the
         // current chunk's arithmetic (two chunks in flight per row).
         uint4 wr[GEMV_ROWS];
-        load_rows<W>(w, row0, R, K, tid, chunks, wr);
+        load_rows<W, GEMV_ROWS>(w, row0, R, K, tid, chunks, wr);
         __syncthreads();
         if (tid < TT) {
             const int t = t0 + tid < T ? t0 + tid : t0;
@@ -130,7 +131,7 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
 
         for (int c = tid; c < chunks; c += GEMV_THREADS) {
             uint4 next[GEMV_ROWS];
-            load_rows<W>(w, row0, R, K, c + GEMV_THREADS, chunks, next);
+            load_rows<W, GEMV_ROWS>(w, row0, R, K, c + GEMV_THREADS, chunks, next);
             float xv[TT][8];
             load_inputs<TT, IN>(x, x_stride, rows, t0, T, c, norm_w, inv, xv);
 #pragma unroll
@@ -186,26 +187,29 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
     }
 }
 
-#define GEMV_ENTRY(NAME, W, TT, IN, EPI)                                                       \
+#define GEMV_ENTRY(NAME, W, TT, IN, EPI, ROWS)                                                 \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                 \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                          \
              const float* __restrict__ x, int x_stride, const int* __restrict__ x_rows,        \
              const float* __restrict__ norm_w, float eps, int K, int R, int T,                  \
              float* __restrict__ y, int y_stride) {                                            \
-        gemv_body<W, TT, IN, EPI>(w, bias, x, x_stride, x_rows, norm_w, eps, K, R, T, y,        \
-                                  y_stride);                                                   \
+        gemv_body<W, TT, IN, EPI, ROWS>(w, bias, x, x_stride, x_rows, norm_w, eps, K, R, T, y,  \
+                                        y_stride);                                             \
     }
 
-#define GEMV_TILES(MODE, IN, EPI, DT, W)                 \
-    GEMV_ENTRY(gemv_##MODE##_##DT##_t1, W, 1, IN, EPI)   \
-    GEMV_ENTRY(gemv_##MODE##_##DT##_t2, W, 2, IN, EPI)   \
-    GEMV_ENTRY(gemv_##MODE##_##DT##_t4, W, 4, IN, EPI)   \
-    GEMV_ENTRY(gemv_##MODE##_##DT##_t8, W, 8, IN, EPI)
+#define GEMV_TILES(MODE, IN, EPI, DT, W, ROWS, SUFFIX)                     \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t1##SUFFIX, W, 1, IN, EPI, ROWS)       \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t2##SUFFIX, W, 2, IN, EPI, ROWS)       \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t4##SUFFIX, W, 4, IN, EPI, ROWS)       \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t8##SUFFIX, W, 8, IN, EPI, ROWS)
 
-#define GEMV_DTYPE(DT, W)                             \
-    GEMV_TILES(rms, IN_RMS, EPI_STORE, DT, W)         \
-    GEMV_TILES(plain_add, IN_PLAIN, EPI_ADD, DT, W)   \
-    GEMV_TILES(glu, IN_RMS, EPI_GLU, DT, W)
+// The GLU epilogue pairs rows within a block of 4.
+#define GEMV_DTYPE(DT, W)                                      \
+    GEMV_TILES(rms, IN_RMS, EPI_STORE, DT, W, 4, )             \
+    GEMV_TILES(rms, IN_RMS, EPI_STORE, DT, W, 2, _r2)          \
+    GEMV_TILES(plain_add, IN_PLAIN, EPI_ADD, DT, W, 4, )       \
+    GEMV_TILES(plain_add, IN_PLAIN, EPI_ADD, DT, W, 2, _r2)    \
+    GEMV_TILES(glu, IN_RMS, EPI_GLU, DT, W, 4, )
 
 GEMV_DTYPE(bf16, __nv_bfloat16)
 GEMV_DTYPE(f16, __half)

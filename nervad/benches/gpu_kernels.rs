@@ -201,8 +201,8 @@ impl Bench {
         Ok(times[times.len() / 2])
     }
 
-    /// Median ms of our projection kernel for `t` tokens of `shape`.
-    fn gemv(&mut self, family: &[Kernel], shape: &Shape, t: usize) -> Res<f64> {
+    /// Median ms of our projection kernel for `t` tokens of `shape`, `rows` rows per block.
+    fn gemv(&mut self, family: &[Kernel], rows: u32, shape: &Shape, t: usize) -> Res<f64> {
         let kernel = family[match t {
             1 => 0,
             2 => 1,
@@ -222,7 +222,7 @@ impl Bench {
             unsafe {
                 gpu.launch(
                     kernel,
-                    ((shape.r as u32).div_ceil(4), 1, 1),
+                    ((shape.r as u32).div_ceil(rows), 1, 1),
                     128,
                     Args::new()
                         .arg(&w)
@@ -304,14 +304,24 @@ fn run(cli: &Cli) -> Res<()> {
         ("plain_add", Mode::PlainAdd),
         ("glu", Mode::Glu),
     ];
+    // Per mode: 4 rows per block, and 2 where the kernel file has them.
     let mut families = Vec::new();
+    let mut two_rows = Vec::new();
     for (mode, m) in modes {
-        let names: Vec<String> = [1, 2, 4, 8]
-            .iter()
-            .map(|t| format!("gemv_{mode}_bf16_t{t}"))
-            .collect();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        families.push((m, gpu.load(&find("gemv.cu").cubin, &refs)?));
+        let names = |suffix: &str| -> Vec<String> {
+            [1, 2, 4, 8]
+                .iter()
+                .map(|t| format!("gemv_{mode}_bf16_t{t}{suffix}"))
+                .collect()
+        };
+        let load = |gpu: &mut Gpu, n: Vec<String>| {
+            let refs: Vec<&str> = n.iter().map(String::as_str).collect();
+            gpu.load(&find("gemv.cu").cubin, &refs)
+        };
+        families.push((m, load(&mut gpu, names(""))?));
+        if m != Mode::Glu {
+            two_rows.push((m, load(&mut gpu, names("_r2"))?));
+        }
     }
     let blas = if Blas::present() {
         Some(Blas::new(&gpu, workspace, DType::BF16)?)
@@ -341,8 +351,8 @@ fn run(cli: &Cli) -> Res<()> {
     );
     println!();
     println!(
-        "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9} {:>8}",
-        "model", "proj", "K", "R", "T", "GEMV (us)", "% of bw"
+        "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9} {:>8} | {:>12} {:>8}",
+        "model", "proj", "K", "R", "T", "GEMV (us)", "% of bw", "2 rows (us)", "% of bw"
     );
     for shape in SHAPES {
         let fam = families
@@ -351,18 +361,30 @@ fn run(cli: &Cli) -> Res<()> {
             .expect("family")
             .1
             .clone();
+        let fam2 = two_rows
+            .iter()
+            .find(|(m, _)| *m == shape.mode)
+            .map(|f| f.1.clone());
         let bytes = shape.k * shape.r * 2;
+        let pct = |ms: f64| bytes as f64 / (ms / 1e3) / bw * 100.0;
         for &t in &parse_list(&cli.tokens) {
-            let ms = b.gemv(&fam, shape, t)?;
+            let ms = b.gemv(&fam, 4, shape, t)?;
+            let two = match &fam2 {
+                Some(f) => {
+                    let ms2 = b.gemv(f, 2, shape, t)?;
+                    format!("{:>12.2} {:>7.1}%", ms2 * 1e3, pct(ms2))
+                }
+                None => format!("{:>12} {:>8}", "-", "-"),
+            };
             println!(
-                "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9.2} {:>7.1}%",
+                "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9.2} {:>7.1}% | {two}",
                 shape.model,
                 shape.name,
                 shape.k,
                 shape.r,
                 t,
                 ms * 1e3,
-                bytes as f64 / (ms / 1e3) / bw * 100.0
+                pct(ms)
             );
         }
     }
@@ -384,7 +406,7 @@ fn run(cli: &Cli) -> Res<()> {
             let flops = 2.0 * (m * shape.k * shape.r) as f64;
             // Our kernel walks tiles of 8 tokens: past 256 it is not a contender.
             let ours = if m <= 256 {
-                Some(b.gemv(&fam, shape, m)?)
+                Some(b.gemv(&fam, 4, shape, m)?)
             } else {
                 None
             };

@@ -154,10 +154,12 @@ struct LayerBufs {
 /// The kernels, looked up once.
 #[derive(Debug, Clone, Copy)]
 struct Kernels {
-    gemv_rms: [Kernel; 4],
-    gemv_plain_add: [Kernel; 4],
-    /// RMSNorm + gate|up (rows interleaved in pairs) + silu(gate)·up.
-    gemv_glu: [Kernel; 4],
+    /// RMSNorm + projection; 4 and 2 rows per block.
+    gemv_rms: [GemvFamily; 2],
+    /// Projection + residual add; 4 and 2 rows per block.
+    gemv_plain_add: [GemvFamily; 2],
+    /// RMSNorm + gate|up (rows interleaved in pairs) + silu(gate)·up; 4 rows per block.
+    gemv_glu: [GemvFamily; 1],
     embed: Kernel,
     rope_append: Kernel,
     attn_split: Kernel,
@@ -317,6 +319,29 @@ pub struct CudaStats {
     pub host_ns: u64,
 }
 
+/// A projection kernel for token tiles of 1, 2, 4 and 8, with the rows each block takes.
+#[derive(Debug, Clone, Copy)]
+struct GemvFamily {
+    tiles: [Kernel; 4],
+    rows: u32,
+}
+
+impl GemvFamily {
+    fn new(k: &[Kernel], rows: u32) -> Self {
+        GemvFamily {
+            tiles: [k[0], k[1], k[2], k[3]],
+            rows,
+        }
+    }
+}
+
+/// Projections with at most this many 4-row blocks per multiprocessor run 2 rows per block
+/// instead, so that every multiprocessor gets work. Measured (`gpu_kernels`, H100,
+/// lab/gpu/results/s4/kernels_two_rows.log): 2 rows win only below 2 blocks per SM (qwen3-0.6b
+/// o_proj and down_proj, 256 blocks: 35.6% vs 31.9% and 43.2% vs 39.1% of the bandwidth) and
+/// lose above (qwen3-8b q|k|v, 1,536 blocks: 66.9% vs 76.4%). Both give the same bits.
+const FEW_ROWS_PER_SM: usize = 2;
+
 /// The kind of a layer projection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Input {
@@ -365,6 +390,8 @@ pub struct CudaBackend {
     dtype: DType,
     device_name: String,
     arch: u32,
+    /// Multiprocessors (projection block shapes are chosen by it).
+    sms: u32,
     layers: Vec<LayerBufs>,
     bufs: Bufs,
     k: Kernels,
@@ -886,9 +913,17 @@ impl CudaBackend {
         let dt = if dtype == DType::BF16 { "bf16" } else { "f16" };
         for m in &compiled {
             let names: Vec<String> = match m.name {
-                "gemv.cu" => ["rms", "plain_add", "glu"]
+                "gemv.cu" => ["rms", "rms@r2", "plain_add", "plain_add@r2", "glu"]
                     .iter()
-                    .flat_map(|mode| [1, 2, 4, 8].map(|t| format!("gemv_{mode}_{dt}_t{t}")))
+                    .flat_map(|mode| {
+                        let (mode, rows) = mode.split_once('@').unwrap_or((mode, ""));
+                        let suffix = if rows.is_empty() {
+                            String::new()
+                        } else {
+                            format!("_{rows}")
+                        };
+                        [1, 2, 4, 8].map(move |t| format!("gemv_{mode}_{dt}_t{t}{suffix}"))
+                    })
                     .collect(),
                 "embedding.cu" => vec![format!("embed_{dt}")],
                 "rope_kv.cu" => vec![format!("rope_append_{dt}")],
@@ -918,9 +953,12 @@ impl CudaBackend {
         }
         let g = &module_kernels[0];
         let k = Kernels {
-            gemv_rms: [g[0], g[1], g[2], g[3]],
-            gemv_plain_add: [g[4], g[5], g[6], g[7]],
-            gemv_glu: [g[8], g[9], g[10], g[11]],
+            gemv_rms: [GemvFamily::new(&g[0..4], 4), GemvFamily::new(&g[4..8], 2)],
+            gemv_plain_add: [
+                GemvFamily::new(&g[8..12], 4),
+                GemvFamily::new(&g[12..16], 2),
+            ],
+            gemv_glu: [GemvFamily::new(&g[16..20], 4)],
             embed: module_kernels[1][0],
             rope_append: module_kernels[2][0],
             attn_split: module_kernels[3][0],
@@ -982,6 +1020,7 @@ impl CudaBackend {
                 gib(facts.total)
             ),
             arch,
+            sms: facts.sms as u32,
             layers,
             bufs,
             k,
@@ -1122,7 +1161,7 @@ impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
     fn gemv(
         &mut self,
-        family: [Kernel; 4],
+        families: &[GemvFamily],
         w: DevBuf,
         bias: DevBuf,
         x: u64,
@@ -1135,15 +1174,20 @@ impl CudaBackend {
         y: u64,
         y_stride: i32,
     ) -> Result<(), BackendError> {
-        let kernel = match t {
-            1 => family[0],
-            2 => family[1],
-            3 | 4 => family[2],
-            _ => family[3],
-        };
+        let few_rows = r.div_ceil(4) <= FEW_ROWS_PER_SM * self.sms as usize;
+        let family = families
+            .iter()
+            .find(|f| f.rows == 2 && few_rows)
+            .unwrap_or(&families[0]);
+        let kernel = family.tiles[match t {
+            1 => 0,
+            2 => 1,
+            3 | 4 => 2,
+            _ => 3,
+        }];
+        let grid = (r as u32).div_ceil(family.rows);
         let eps = self.config.rms_norm_eps as f32;
         let (k, r, t) = (k as i32, r as i32, t as i32);
-        let grid = (r as u32).div_ceil(4);
         // SAFETY: gemv_*(const W* w, const float* bias, const float* x, int x_stride,
         // const int* x_rows, const float* norm_w, float eps, int K, int R, int T, float* y,
         // int y_stride): w holds R×K weights, x and y hold T rows of their strides (buffers sized
@@ -1178,11 +1222,12 @@ impl CudaBackend {
             (Some(d), Some(_)) if t - d >= GEMM_MIN_TOKENS => d,
             _ => t,
         };
-        let (family, half) = match p.input {
-            Input::Rms => (self.k.gemv_rms, self.k.to_half[0]),
-            Input::PlainAdd => (self.k.gemv_plain_add, self.k.to_half[1]),
-            Input::RmsGlu => (self.k.gemv_glu, self.k.to_half[0]),
-            Input::GluAdd => (self.k.gemv_plain_add, self.k.to_half[2]),
+        let k = self.k;
+        let (family, half): (&[GemvFamily], Kernel) = match p.input {
+            Input::Rms => (&k.gemv_rms, k.to_half[0]),
+            Input::PlainAdd => (&k.gemv_plain_add, k.to_half[1]),
+            Input::RmsGlu => (&k.gemv_glu, k.to_half[0]),
+            Input::GluAdd => (&k.gemv_plain_add, k.to_half[2]),
         };
         if split > 0 {
             self.gemv(
@@ -1501,8 +1546,9 @@ impl CudaBackend {
         let b = self.bufs;
         let meta = self.meta_arg();
         let row_ptr = meta.lrow_token + (base * 4) as u64;
+        let family = self.k.gemv_rms;
         self.gemv(
-            self.k.gemv_rms,
+            &family,
             b.lm_head,
             DevBuf::NULL,
             b.x.ptr,

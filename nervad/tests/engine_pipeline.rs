@@ -132,3 +132,57 @@ fn a_slot_reused_after_a_stop_never_gets_the_old_sequences_token() {
     assert_eq!(rec.tokens(k2, 0), vec![u32::from(b'a')]);
     assert_eq!(rec.done(k2, 0), vec![FinishReason::Stop]);
 }
+
+/// Launch-ahead decode and preemption together, over a backend that models the paged KV pool
+/// (every output is a hash of the tokens read back through the block table): a pool of 18
+/// pages for six requests that need 63 gives every request exactly the tokens of a roomy
+/// step-by-step run, forks included.
+#[test]
+fn preemption_with_launch_ahead_keeps_every_sequence_exact() {
+    let run_with = |pages: usize, overlap: bool| {
+        let limits = nervad::backend::BackendLimits {
+            num_pages: pages,
+            ..scripted_limits()
+        };
+        let mut backend = ScriptedBackend::new(limits, Vec::new());
+        backend.overlap = overlap;
+        backend.kv_model = true;
+        let mut e = Engine::new(
+            scripted_model(),
+            Box::new(backend),
+            EngineOptions::default(),
+        );
+        let mut rec = Recorder::default();
+        let mut keys = Vec::new();
+        for i in 0..6u32 {
+            let k = key(i % 3, u64::from(i));
+            let prompt: Vec<u32> = (0..5 + i).map(|t| 60 + (t * 3 + i) % 30).collect();
+            let mut r = request(k, Prompt::Tokens(prompt), 30);
+            r.stop.ignore_eos = true;
+            if i == 5 {
+                r.n_samples = 2;
+            }
+            e.submit(r).unwrap();
+            keys.push((k, if i == 5 { 2 } else { 1 }));
+        }
+        run(&mut e, &mut rec);
+        assert_eq!(e.free_pages(), pages);
+        let outs: Vec<_> = keys
+            .iter()
+            .flat_map(|&(k, n)| (0..n).map(move |s| (k, s)))
+            .map(|(k, s)| (rec.tokens(k, s), rec.done(k, s)))
+            .collect();
+        (outs, e.preemptions())
+    };
+    let (want, none) = run_with(64, false);
+    assert_eq!(none, 0);
+    assert!(
+        want.iter()
+            .all(|(t, d)| t.len() == 30 && d == &[FinishReason::Length])
+    );
+    for overlap in [false, true] {
+        let (got, preempted) = run_with(18, overlap);
+        assert!(preempted > 0, "overlap {overlap}: the pool ran dry");
+        assert_eq!(got, want, "overlap {overlap}");
+    }
+}

@@ -4,14 +4,25 @@
 //! Request life: queued (waiting for sequence slots and KV pages) → prefill (prompt chunks, the
 //! primary sequence only) → decode (one token per sample per step) → finished. Each step runs
 //! every decoding sample first, then fills the remaining token budget with prefill chunks, one
-//! client at a time in round robin. KV pages for a request's whole length are reserved at
-//! admission, so a running request never runs out of pages; a request that does not fit yet
-//! waits in the queue, one that can never fit is refused.
+//! client at a time in round robin.
+//!
+//! KV pages are taken as sequences grow: a prefill chunk takes the pages its positions need,
+//! a decode step the page its next position needs. Admission only checks that the prompt's
+//! pages plus one decode page per sample are available beyond what admitted prompts still
+//! need to finish their prefill (a watermark, not a reservation). When a sequence needs a page
+//! and the pool is dry, the lowest-ranked sequence holding pages is *preempted*
+//! ([`super::scheduler`] says who): its pages are freed and it leaves its slot, keeping its
+//! tokens (prompt + output) and text state. It comes back before any new request is admitted:
+//! its prefix is prefilled again (recompute; no token is sampled or emitted) and decoding goes
+//! on from its last sampled token, with the backend's sampling state restored exactly
+//! (`resume_sequence`), so its output is what an uninterrupted run gives. Only a request that
+//! could never fit the whole pool alone is refused.
 //!
 //! Samples of one request share the prompt's KV pages: the primary prefills all prompt tokens
-//! but the last, the page holding the last prefilled position is copied for every other sample,
-//! and each sample then feeds the last prompt token itself, sampling its own first token from
-//! its own random stream.
+//! but the last, every other sample then holds the same pages (reference counted), and each
+//! sample feeds the last prompt token itself, sampling its own first token from its own random
+//! stream. A page a sample must write while others still hold it is copied first
+//! (copy-on-write: the partial last prompt page).
 //!
 //! After admission nothing on the step path allocates: buffers live in the request and sequence
 //! slots, events borrow them.
@@ -26,12 +37,9 @@
 //! and keeps its KV pages, position, text state and generated ids in a parked record; its
 //! queued requests are not admitted. When the client drains (unpaused) a parked sample takes
 //! the next free slot before new requests are admitted, and continues from its exact KV state
-//! with no token lost or repeated. The backend's sampling state of a slot is not carried over:
-//! it is rebuilt from the prompt and the generated ids (repetition penalty exact), and the
-//! random stream restarts from a seed derived from the request's seed, the sample and the
-//! position, so greedy output is unchanged while a sampled continuation may differ from an
-//! uninterrupted run (presence/frequency penalties restart too). Parking is off the hot path
-//! (it may allocate a record once).
+//! with no token lost or repeated; its sampling state is restored exactly as after a
+//! preemption. A parked sample's pages may be taken by preemption while it waits (it then
+//! recomputes when resumed). Parking is off the hot path (it may allocate a record once).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -43,6 +51,7 @@ use super::api::{
 use super::detok::{Pushed, TextStream};
 use super::kv_pool::KvPagePool;
 use super::model::EngineModel;
+use super::scheduler::Rank;
 use crate::backend::sampling::validate_params;
 use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput};
 
@@ -120,9 +129,8 @@ struct Request {
     scheduled_at: Option<Instant>,
     prompt: Vec<u32>,
     phase: Phase,
-    /// Prompt tokens the primary prefills (all, or all but the last when forking).
-    prefill_target: usize,
-    prefilled: usize,
+    /// Order of first admission (kept across preemption): the scheduler's rank.
+    stamp: u64,
     /// Sequence slot of each sample.
     slots: Vec<u32>,
     samples_left: u16,
@@ -138,6 +146,18 @@ struct Sequence {
     table: Vec<u32>,
     /// Positions already in the KV pool.
     len: usize,
+    /// Prompt then generated ids: position `i`'s token is `tokens[i]` (prefill chunks and
+    /// recompute read it; the sampler's state is rebuilt from it).
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// While not decoding: positions to prefill before decoding starts (0 for a sample that
+    /// waits for its request's fork).
+    prefill_to: usize,
+    /// Sample a first token after the last prefill chunk (a fresh single-sample request, not
+    /// a recompute, not a fork's primary).
+    sample_after_prefill: bool,
+    /// Left its slot with its pages freed; its prefix is recomputed when it resumes.
+    preempted: bool,
     /// The token fed at the next decode step.
     input: [u32; 1],
     /// `input` is what this slot sampled last (not a prompt token handed over by a fork).
@@ -152,8 +172,6 @@ struct Sequence {
     text: TextStream,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
-    /// Ids generated so far (to rebuild the sampler's penalty state after parking).
-    output: Vec<u32>,
 }
 
 /// A slot index in `Request::slots` for a sample that is parked (no slot).
@@ -180,6 +198,11 @@ impl Sequence {
             sample: 0,
             table: Vec::with_capacity(limits.max_pages_per_seq()),
             len: 0,
+            tokens: Vec::with_capacity(limits.max_context),
+            prompt_len: 0,
+            prefill_to: 0,
+            sample_after_prefill: false,
+            preempted: false,
             input: [0],
             input_sampled: false,
             epoch: 0,
@@ -190,8 +213,17 @@ impl Sequence {
             text: TextStream::new(&[], longest_token),
             first_token_at: None,
             last_token_at: None,
-            output: Vec::with_capacity(limits.max_context),
         }
+    }
+
+    /// Tokens sampled so far.
+    fn output(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// Waiting to prefill (initially, or recomputing after a preemption).
+    fn prefilling(&self) -> bool {
+        !self.decoding && self.len < self.prefill_to
     }
 }
 
@@ -260,12 +292,17 @@ pub struct Engine {
     cancelled: Vec<usize>,
     /// The client whose prefill ran last (round robin).
     last_prefill_client: Option<ClientId>,
-    /// Samples of paused clients that gave their slot back (see the module docs).
+    /// Samples without a slot: parked (paused client, pages kept) or preempted (pages freed);
+    /// see the module docs.
     parked: Vec<Sequence>,
     /// Inactive sequence records kept for parking without allocating.
     spare: Vec<Sequence>,
-    /// Prompt + generated ids of a sample being resumed.
-    resume_tokens: Vec<u32>,
+    /// Requests admitted so far (the next admission stamp).
+    admissions: u64,
+    /// Sequences preempted since start.
+    preemptions: u64,
+    /// Slots of the step's decoding sequences in rank order (scratch).
+    order: Vec<u32>,
     out: StepOutput,
     step_buf: Vec<SeqStep<'static>>,
     entries: Vec<StepEntry>,
@@ -330,7 +367,9 @@ impl Engine {
             last_prefill_client: None,
             parked: Vec::new(),
             spare: Vec::new(),
-            resume_tokens: Vec::with_capacity(limits.max_context),
+            admissions: 0,
+            preemptions: 0,
+            order: Vec::with_capacity(limits.max_seqs),
             out: StepOutput::with_capacity(limits.max_seqs),
             step_buf: Vec::with_capacity(limits.max_seqs),
             launched: [
@@ -387,6 +426,11 @@ impl Engine {
     /// KV pages free now.
     pub fn free_pages(&self) -> usize {
         self.pool.free()
+    }
+
+    /// Sequences preempted (pages freed for recompute) since start.
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
     }
 
     /// Teacher-forced logits `[tokens, vocab]` of every position of `tokens` (dump and parity
@@ -456,18 +500,6 @@ impl Engine {
         self.limits.max_context
     }
 
-    /// Pages a request needs in all: (shared prompt pages, pages of each sample beyond them).
-    fn page_need(&self, prompt_len: usize, max_tokens: u32, n: u16) -> (usize, usize) {
-        let pt = self.limits.page_tokens;
-        let total = (prompt_len + max_tokens as usize).min(self.context_limit());
-        let per_sample = pages_for(total, pt);
-        if n <= 1 {
-            return (0, per_sample);
-        }
-        let shared = (prompt_len - 1) / pt;
-        (shared, per_sample - shared)
-    }
-
     fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
         let ids = match prompt {
             Prompt::Tokens(ids) => ids.clone(),
@@ -489,10 +521,50 @@ impl Engine {
         Ok(ids)
     }
 
-    /// Admit queued requests while slots and pages allow: highest priority first, then round
-    /// robin over clients, FIFO within a client. Stops at the first that does not fit so a
-    /// large request is not starved by small ones behind it.
+    /// Pages a request needs to run to its end alone: (prompt pages its samples share, pages
+    /// of each sample beyond them). A request needing more than the pool can never finish and
+    /// is refused at submit.
+    fn page_need(&self, prompt_len: usize, max_tokens: u32, n: u16) -> (usize, usize) {
+        let pt = self.limits.page_tokens;
+        let total = (prompt_len + max_tokens as usize).min(self.context_limit());
+        let per_sample = pages_for(total, pt);
+        if n <= 1 {
+            return (0, per_sample);
+        }
+        let shared = (prompt_len - 1) / pt;
+        (shared, per_sample - shared)
+    }
+
+    /// Pages that must be free to admit a request: its prompt's, plus one per sample for the
+    /// first page each writes on its own (its first decode page, or the copy of the shared
+    /// partial prompt page), but never more than it needs to finish (so any request that
+    /// passed submit is admitted on an idle pool).
+    fn admission_pages(&self, prompt_len: usize, max_tokens: u32, n: u16) -> usize {
+        let (shared, own) = self.page_need(prompt_len, max_tokens, n);
+        let whole = shared + own * usize::from(n);
+        (pages_for(prompt_len, self.limits.page_tokens) + usize::from(n)).min(whole)
+    }
+
+    /// Pages that sequences in a slot still need to finish their prefill: admission leaves them
+    /// free, so an admitted prompt is not starved by the next admission.
+    fn prefill_backlog(&self) -> usize {
+        let pt = self.limits.page_tokens;
+        self.seqs
+            .iter()
+            .filter(|s| s.active && s.prefilling())
+            .map(|s| pages_for(s.prefill_to, pt).saturating_sub(s.table.len()))
+            .sum()
+    }
+
+    /// Resume samples without a slot, then admit queued requests while slots and pages allow:
+    /// highest priority first, then round robin over clients, FIFO within a client. Stops at
+    /// the first that does not fit so a large request is not starved by small ones behind it,
+    /// and admits nothing new while a preempted sample waits.
     fn admit(&mut self, now: Instant, sink: &mut dyn EventSink) {
+        let mut backlog = self.prefill_backlog();
+        if !self.resume_off_slot(&mut backlog, sink) {
+            return;
+        }
         while !self.queue.is_empty() {
             let pick = self.pick_queued();
             let Some(qi) = pick else { break };
@@ -502,19 +574,19 @@ impl Engine {
                 continue;
             };
             let n = req.n_samples;
-            let (shared, own) = self.page_need(req.prompt.len(), req.max_tokens, n);
-            let need = shared + own * usize::from(n);
-            if self.free_slots.len() < usize::from(n) || self.pool.free() < need {
+            let prompt_pages = pages_for(req.prompt.len(), self.limits.page_tokens);
+            let need = self.admission_pages(req.prompt.len(), req.max_tokens, n);
+            if self.free_slots.len() < usize::from(n) || !self.reclaim_paused(backlog + need) {
                 break;
             }
             self.queue.remove(qi);
-            if let Err(e) = self.start_request(rid, shared, own, now) {
+            backlog += prompt_pages;
+            if let Err(e) = self.start_request(rid, now) {
                 // The backend refused the sequence (should not happen after validation).
                 self.fail_request(rid, e, Some(&mut *sink));
             }
         }
     }
-
     fn pick_queued(&self) -> Option<usize> {
         // A paused client's requests wait: admitted, they would hold slots it cannot use.
         let best = self
@@ -548,20 +620,17 @@ impl Engine {
         chosen.map(|(_, _, i)| i)
     }
 
-    fn start_request(
-        &mut self,
-        rid: usize,
-        shared: usize,
-        own: usize,
-        now: Instant,
-    ) -> Result<(), RequestError> {
+    fn start_request(&mut self, rid: usize, now: Instant) -> Result<(), RequestError> {
         let limit_ctx = self.context_limit();
         let longest = self.tokens.longest();
         let strip = self.tokens.strip_leading_space();
+        let stamp = self.admissions;
         let Some(req) = self.requests[rid].as_mut() else {
             return Ok(());
         };
+        self.admissions += 1;
         req.scheduled_at = Some(now);
+        req.stamp = stamp;
         let n = usize::from(req.n_samples);
         let prompt_len = req.prompt.len();
         let total = prompt_len + req.max_tokens as usize;
@@ -574,6 +643,18 @@ impl Engine {
             seq.request = rid;
             seq.sample = sample as u16;
             seq.len = 0;
+            seq.tokens.clear();
+            seq.tokens.extend_from_slice(&req.prompt);
+            seq.prompt_len = prompt_len;
+            // The primary prefills the prompt (all but the last token when it forks); the
+            // other samples wait for the fork.
+            seq.prefill_to = match (sample, n) {
+                (0, 1) => prompt_len,
+                (0, _) => prompt_len - 1,
+                _ => 0,
+            };
+            seq.sample_after_prefill = n == 1;
+            seq.preempted = false;
             seq.decoding = false;
             seq.generated = 0;
             seq.limit = total.min(limit_ctx);
@@ -582,58 +663,33 @@ impl Engine {
             seq.first_token_at = None;
             seq.last_token_at = None;
             seq.table.clear();
-            seq.output.clear();
         }
-        // Pages: the primary holds the shared prompt pages and its own; the others share them.
-        let primary = req.slots[0] as usize;
-        let mut table = std::mem::take(&mut self.seqs[primary].table);
-        let ok = self.pool.take(shared + own, &mut table);
-        debug_assert!(ok, "admission checked free pages");
-        for &slot in &req.slots[1..] {
-            let t = &mut self.seqs[slot as usize].table;
-            for &p in &table[..shared] {
-                self.pool.share(p);
-                t.push(p);
-            }
-            self.pool.take(own, t);
-        }
-        self.seqs[primary].table = table;
         let seed = req.sampling.seed;
         self.backend
             .start_sequence(req.slots[0], &req.sampling, seed, &req.prompt)
             .map_err(|e| RequestError::Backend(e.to_string()))?;
-        if n == 1 {
-            req.prefill_target = prompt_len;
-            req.phase = Phase::Prefill;
-        } else {
-            req.prefill_target = prompt_len - 1;
-            req.phase = Phase::Prefill;
-            if req.prefill_target == 0 {
-                self.fork_samples(rid)?;
-            }
+        req.phase = Phase::Prefill;
+        if n > 1 && prompt_len == 1 {
+            self.fork_samples(rid)?;
         }
         Ok(())
     }
 
-    /// After the primary prefilled all prompt tokens but the last: give every other sample its
-    /// copy of the partial page and its own sampling state, and start all of them decoding from
-    /// the last prompt token.
+    /// After the primary prefilled all prompt tokens but the last: every other sample holds
+    /// the same pages (the partial last one is copied when a sample first writes it) and gets
+    /// its own sampling state; all of them start decoding from the last prompt token.
     fn fork_samples(&mut self, rid: usize) -> Result<(), RequestError> {
-        let pt = self.limits.page_tokens;
         let Some(req) = self.requests[rid].as_mut() else {
             return Ok(());
         };
-        let p = req.prefill_target;
+        let p = req.prompt.len() - 1;
         let primary = req.slots[0];
-        let shared = p / pt;
         for (i, &slot) in req.slots.iter().enumerate() {
             if i > 0 {
-                if p % pt != 0 {
-                    let src = self.seqs[primary as usize].table[shared];
-                    let dst = self.seqs[slot as usize].table[shared];
-                    self.backend
-                        .copy_page(src, dst)
-                        .map_err(|e| RequestError::Backend(e.to_string()))?;
+                for k in 0..self.seqs[primary as usize].table.len() {
+                    let page = self.seqs[primary as usize].table[k];
+                    self.pool.share(page);
+                    self.seqs[slot as usize].table.push(page);
                 }
                 self.backend
                     .fork_sequence(
@@ -653,7 +709,6 @@ impl Engine {
         req.phase = Phase::Decode;
         Ok(())
     }
-
     /// Emit `Error` for a request as a whole and forget it (no `Done` follows).
     fn fail_request(&mut self, rid: usize, error: RequestError, sink: Option<&mut dyn EventSink>) {
         if let (Some(sink), Some(req)) = (sink, self.requests[rid].as_ref()) {
@@ -878,52 +933,208 @@ impl Engine {
         }
     }
 
-    /// Give parked samples of clients no longer paused a free slot again, oldest first, before
-    /// any new request is admitted.
-    fn resume_parked(&mut self, sink: &mut dyn EventSink) {
-        let mut i = 0;
-        while i < self.parked.len() && !self.free_slots.is_empty() {
-            let rid = self.parked[i].request;
-            let Some(req) = self.requests[rid].as_ref() else {
-                i += 1;
-                continue;
-            };
-            if self.paused.contains(&req.key.client) {
-                i += 1;
-                continue;
+    /// The scheduler's rank of the sequence `seq`.
+    fn rank_of(requests: &[Option<Request>], seq: &Sequence) -> Rank {
+        match requests[seq.request].as_ref() {
+            Some(r) => Rank::new(r.priority, r.stamp, seq.sample),
+            None => Rank::new(0, u64::MAX, u16::MAX),
+        }
+    }
+
+    /// Give samples without a slot (parked by a pause that has ended, or preempted) a slot
+    /// again, best rank first, while slots and pages allow; a preempted one recomputes its
+    /// prefix. Returns false when one that could run still waits (nothing new is admitted past
+    /// it). `backlog` is the prefill backlog of [`Engine::prefill_backlog`], kept current.
+    fn resume_off_slot(&mut self, backlog: &mut usize, sink: &mut dyn EventSink) -> bool {
+        let pt = self.limits.page_tokens;
+        loop {
+            let mut best: Option<(Rank, usize)> = None;
+            for (i, seq) in self.parked.iter().enumerate() {
+                let Some(req) = self.requests[seq.request].as_ref() else {
+                    continue;
+                };
+                if self.paused.contains(&req.key.client) {
+                    continue;
+                }
+                let r = Self::rank_of(&self.requests, seq);
+                if best.is_none_or(|(b, _)| r < b) {
+                    best = Some((r, i));
+                }
             }
-            let mut seq = self.parked.remove(i);
+            let Some((_, i)) = best else { return true };
+            // Pages up to and including the position it writes next.
+            let seq = &self.parked[i];
+            let need = pages_for(seq.tokens.len(), pt).saturating_sub(seq.table.len());
+            if self.free_slots.is_empty() || !self.reclaim_paused(*backlog + need) {
+                return false;
+            }
+            let mut seq = self.parked.swap_remove(i);
+            if seq.preempted {
+                *backlog += pages_for(seq.prefill_to, pt);
+            }
             let slot = self.free_slots.pop().unwrap_or_default();
+            let rid = seq.request;
+            let sample = seq.sample;
             // The new slot's device token ring holds its previous occupant's token: feed this
             // sample's last token from the host, and mark the slot's new occupancy.
             seq.input_sampled = false;
+            seq.preempted = false;
             seq.epoch = self.seqs[slot as usize].epoch.wrapping_add(1);
-            let sample = usize::from(seq.sample);
-            // Rebuild the slot's sampling state: the prompt and the ids generated so far (the
-            // repetition penalty counts both), a random stream derived from seed, sample and
-            // position (module docs).
-            self.resume_tokens.clear();
-            self.resume_tokens.extend_from_slice(&req.prompt);
-            self.resume_tokens.extend_from_slice(&seq.output);
-            let seed = req
-                .sampling
-                .seed
-                .wrapping_add(sample as u64)
-                .wrapping_add(u64::from(seq.generated).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let started =
-                self.backend
-                    .start_sequence(slot, &req.sampling, seed, &self.resume_tokens);
+            if !seq.decoding && seq.prefill_to == 0 {
+                // A fork's sample of a one-token prompt: nothing to recompute.
+                seq.decoding = true;
+            }
+            let Some(req) = self.requests[rid].as_mut() else {
+                self.free_slots.push(slot);
+                continue;
+            };
+            // Exactly the sampling state an uninterrupted run has here (sample i of a request
+            // draws from seed + i, see `fork_samples`).
+            let started = self.backend.resume_sequence(
+                slot,
+                &req.sampling,
+                req.sampling.seed.wrapping_add(u64::from(sample)),
+                &seq.tokens[..seq.prompt_len],
+                seq.output(),
+            );
+            req.slots[usize::from(sample)] = slot;
             let old = std::mem::replace(&mut self.seqs[slot as usize], seq);
             self.spare.push(old);
-            if let Some(req) = self.requests[rid].as_mut() {
-                req.slots[sample] = slot;
-            }
             if let Err(e) = started {
                 self.fail_request(rid, RequestError::Backend(e.to_string()), Some(&mut *sink));
             }
         }
     }
 
+    /// Make `pages` free if need be by dropping the pages of samples parked for a paused
+    /// client (a client that stops reading must not hold the pool); false if they cannot be.
+    fn reclaim_paused(&mut self, pages: usize) -> bool {
+        while self.pool.free() < pages {
+            let paused = &self.paused;
+            let requests = &self.requests;
+            let found = self.parked.iter_mut().find(|s| {
+                !s.table.is_empty()
+                    && requests[s.request]
+                        .as_ref()
+                        .is_some_and(|r| paused.contains(&r.key.client))
+            });
+            match found {
+                Some(seq) => {
+                    Self::drop_kv(&mut self.pool, seq);
+                    self.preemptions += 1;
+                }
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// Drop `seq`'s KV pages: it will prefill its prefix again, then decode on from its last
+    /// sampled token (which stays in `input`) without sampling at the end of the recompute.
+    fn drop_kv(pool: &mut KvPagePool, seq: &mut Sequence) {
+        pool.release(&mut seq.table);
+        if seq.decoding {
+            seq.prefill_to = seq.tokens.len() - 1;
+            seq.sample_after_prefill = false;
+            seq.decoding = false;
+        }
+        seq.len = 0;
+        seq.preempted = true;
+    }
+
+    /// Preempt the sequence in `slot`: free its pages and its slot (module docs).
+    fn preempt(&mut self, slot: u32) {
+        let blank = match self.spare.pop() {
+            Some(blank) => blank,
+            None => Sequence::empty(&self.limits, self.tokens.longest()),
+        };
+        let mut seq = std::mem::replace(&mut self.seqs[slot as usize], blank);
+        self.free_slots.push(slot);
+        if let Some(req) = self.requests[seq.request].as_mut() {
+            req.slots[usize::from(seq.sample)] = PARKED;
+        }
+        Self::drop_kv(&mut self.pool, &mut seq);
+        self.preemptions += 1;
+        self.parked.push(seq);
+    }
+
+    /// Free pages for a sequence of rank `rank`: drop the pages of a sample without a slot
+    /// (it is not running anyway), else preempt the lowest-ranked sequence that holds pages,
+    /// ranks below `rank` and is not in the step being planned. False when there is none.
+    fn preempt_one_below(&mut self, rank: Rank) -> bool {
+        if let Some(seq) = self.parked.iter_mut().find(|s| !s.table.is_empty()) {
+            Self::drop_kv(&mut self.pool, seq);
+            self.preemptions += 1;
+            return true;
+        }
+        let mut victim: Option<(Rank, u32)> = None;
+        for (slot, seq) in self.seqs.iter().enumerate() {
+            if !seq.active
+                || seq.table.is_empty()
+                || self.entries.iter().any(|e| e.slot == slot as u32)
+            {
+                continue;
+            }
+            let r = Self::rank_of(&self.requests, seq);
+            if r > rank && victim.is_none_or(|(v, _)| r > v) {
+                victim = Some((r, slot as u32));
+            }
+        }
+        match victim {
+            Some((_, slot)) => {
+                self.preempt(slot);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Preempt lower-ranked sequences until `pages` are free; false if they cannot be.
+    fn make_room(&mut self, pages: usize, rank: Rank) -> bool {
+        while self.pool.free() < pages {
+            if !self.preempt_one_below(rank) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Pages `slot` must take to write positions `from..to`: new ones past its table, and a
+    /// copy of each page in the range that others hold too.
+    fn pages_to_write(&self, slot: u32, from: usize, to: usize) -> usize {
+        let pt = self.limits.page_tokens;
+        let table = &self.seqs[slot as usize].table;
+        let end = pages_for(to, pt);
+        let shared = (from / pt..end.min(table.len()))
+            .filter(|&i| self.pool.refs(table[i]) > 1)
+            .count();
+        end.saturating_sub(table.len()) + shared
+    }
+
+    /// Make positions `from..to` of `slot` writable: copy pages others hold too
+    /// (copy-on-write), append new pages. The caller made sure enough pages are free.
+    fn prepare_write(&mut self, slot: u32, from: usize, to: usize) -> Result<(), RequestError> {
+        let pt = self.limits.page_tokens;
+        let end = pages_for(to, pt);
+        let seq = &mut self.seqs[slot as usize];
+        let dry = || RequestError::Backend("KV pool ran dry".into());
+        for i in from / pt..end.min(seq.table.len()) {
+            let old = seq.table[i];
+            if self.pool.refs(old) > 1 {
+                let new = self.pool.alloc().ok_or_else(dry)?;
+                seq.table[i] = new;
+                self.pool.release_page(old);
+                self.backend
+                    .copy_page(old, new)
+                    .map_err(|e| RequestError::Backend(e.to_string()))?;
+            }
+        }
+        while seq.table.len() < end {
+            let page = self.pool.alloc().ok_or_else(dry)?;
+            seq.table.push(page);
+        }
+        Ok(())
+    }
     /// Handle one sampled token of a decoding sample.
     fn accept_token(
         &mut self,
@@ -952,7 +1163,7 @@ impl Engine {
         seq.generated += 1;
         seq.input = [id];
         seq.input_sampled = true;
-        seq.output.push(id);
+        seq.tokens.push(id);
         sink.emit(EngineEvent::Tokens {
             key,
             sample,
@@ -1004,26 +1215,28 @@ impl Engine {
         }
     }
 
-    /// Build the step's batch: every runnable decoding sample, then prefill chunks.
+    /// Order the slots waiting to prefill (initially or recomputing): priority, then clients
+    /// after the last served first, then arrival, then sample.
     fn plan_prefill_order(&mut self) {
         self.prefill_order.clear();
-        // Requests in prefill, clients after the last served first.
-        for seq in &self.seqs {
-            if !seq.active || seq.sample != 0 || seq.decoding {
+        for (slot, seq) in self.seqs.iter().enumerate() {
+            if !seq.active || !seq.prefilling() {
                 continue;
             }
             let Some(req) = self.requests[seq.request].as_ref() else {
                 continue;
             };
-            if req.phase != Phase::Prefill || self.paused.contains(&req.key.client) {
+            if self.paused.contains(&req.key.client) {
                 continue;
             }
-            self.prefill_order.push(seq.request);
+            self.prefill_order.push(slot);
         }
         let after = self.last_prefill_client;
         let requests = &self.requests;
-        let key = |rid: &usize| {
-            let r = requests[*rid]
+        let seqs = &self.seqs;
+        let key = |slot: &usize| {
+            let seq = &seqs[*slot];
+            let r = requests[seq.request]
                 .as_ref()
                 .map(|r| (r.priority, r.key.client, r.received_at));
             match r {
@@ -1032,6 +1245,7 @@ impl Engine {
                     after.is_some_and(|a| c <= a),
                     c,
                     Some(at),
+                    seq.sample,
                 ),
                 None => (
                     std::cmp::Reverse(0),
@@ -1041,6 +1255,7 @@ impl Engine {
                         generation: u32::MAX,
                     },
                     None,
+                    seq.sample,
                 ),
             }
         };
@@ -1048,6 +1263,108 @@ impl Engine {
         self.prefill_order.sort_unstable_by_key(key);
     }
 
+    /// Choose the step's entries into `self.entries`: every runnable decoding sample (best
+    /// rank first, each taking the page its next position needs, preempting lower-ranked
+    /// sequences when the pool is dry, or itself when it ranks lowest), then prefill chunks
+    /// filling the token budget with the pages left.
+    fn plan_step(&mut self, sink: &mut dyn EventSink) {
+        self.entries.clear();
+        let mut budget = self.limits.max_step_tokens;
+        self.order.clear();
+        for (slot, seq) in self.seqs.iter().enumerate() {
+            if !seq.active || !seq.decoding {
+                continue;
+            }
+            let Some(req) = self.requests[seq.request].as_ref() else {
+                continue;
+            };
+            if !self.paused.contains(&req.key.client) {
+                self.order.push(slot as u32);
+            }
+        }
+        let requests = &self.requests;
+        let seqs = &self.seqs;
+        self.order
+            .sort_unstable_by_key(|&slot| Self::rank_of(requests, &seqs[slot as usize]));
+        for i in 0..self.order.len() {
+            let slot = self.order[i];
+            let seq = &self.seqs[slot as usize];
+            // A lower-ranked sequence may have been preempted for a better one already.
+            if !seq.active || !seq.decoding || budget == 0 {
+                continue;
+            }
+            let (rid, pos, epoch) = (seq.request, seq.len, seq.epoch);
+            let rank = Self::rank_of(&self.requests, seq);
+            let need = self.pages_to_write(slot, pos, pos + 1);
+            if need > 0 && !self.make_room(need, rank) {
+                self.preempt(slot);
+                continue;
+            }
+            if let Err(e) = self.prepare_write(slot, pos, pos + 1) {
+                self.fail_request(rid, e, Some(&mut *sink));
+                continue;
+            }
+            self.entries.push(StepEntry {
+                slot,
+                request: rid,
+                prefill: 0,
+                epoch,
+            });
+            budget -= 1;
+        }
+
+        self.plan_prefill_order();
+        let pt = self.limits.page_tokens;
+        let mut served: Option<ClientId> = None;
+        for i in 0..self.prefill_order.len() {
+            if budget == 0 || self.entries.len() >= self.limits.max_seqs {
+                break;
+            }
+            let slot = self.prefill_order[i] as u32;
+            let seq = &self.seqs[slot as usize];
+            if !seq.active || !seq.prefilling() {
+                continue;
+            }
+            let (rid, from, epoch) = (seq.request, seq.len, seq.epoch);
+            let rank = Self::rank_of(&self.requests, seq);
+            let mut to = from + (seq.prefill_to - from).min(budget);
+            let need = self.pages_to_write(slot, from, to);
+            if need > self.pool.free() {
+                // Only lower-ranked prefills and parked samples make room for a prefill
+                // (running decodes are in the step already); then the chunk shrinks to the
+                // pages there are.
+                self.make_room(need, rank);
+                let seq = &self.seqs[slot as usize];
+                to = to.min((seq.table.len() + self.pool.free()) * pt);
+                if to <= from || self.pages_to_write(slot, from, to) > self.pool.free() {
+                    continue;
+                }
+            }
+            if let Err(e) = self.prepare_write(slot, from, to) {
+                self.fail_request(rid, e, Some(&mut *sink));
+                continue;
+            }
+            self.entries.push(StepEntry {
+                slot,
+                request: rid,
+                prefill: to - from,
+                epoch,
+            });
+            budget -= to - from;
+            if let Some(req) = self.requests[rid].as_ref() {
+                served = Some(req.key.client);
+            }
+        }
+        if served.is_some() {
+            self.last_prefill_client = served;
+        }
+        // A request failed above may have had entries already.
+        let seqs = &self.seqs;
+        self.entries.retain(|e| {
+            let seq = &seqs[e.slot as usize];
+            seq.active && seq.epoch == e.epoch && seq.request == e.request
+        });
+    }
     /// Remember `self.entries` as the newest launched step.
     fn push_launched(&mut self) {
         let at = (self.launched_head + self.launched_len) % self.launched.len();
@@ -1069,9 +1386,11 @@ impl Engine {
     /// With one step in flight, launch the next decode step of its sequences without waiting
     /// for its tokens: each feeds the token its slot samples in the step in flight
     /// (`from_last_sample`), one position further. Only when the step in flight was pure
-    /// decode and nothing else waits (no cancel, no queued request, no prefill, no paused
-    /// client in it), and only for sequences that cannot finish by count in the step in
-    /// flight: a sequence that stops on a token there costs this one discarded step.
+    /// decode and nothing else waits (no cancel, no queued request, no prefill or recompute,
+    /// no sample waiting for a slot, no paused client in it), only for sequences that cannot
+    /// finish by count in the step in flight (a sequence that stops on a token there costs
+    /// this one discarded step), and only when the pages the step needs are free (otherwise
+    /// the next planned step preempts).
     fn launch_speculative(&mut self, sink: &mut dyn EventSink) {
         if !self.backend.overlaps() || !self.cancelled.is_empty() || !self.queue.is_empty() {
             return;
@@ -1080,16 +1399,18 @@ impl Engine {
         if prev.is_empty() || prev.iter().any(|e| e.prefill > 0) {
             return;
         }
-        let prefilling = self
-            .requests
-            .iter()
-            .flatten()
-            .any(|r| r.phase == Phase::Prefill);
-        if prefilling {
+        let waiting = self.seqs.iter().any(|s| s.active && s.prefilling())
+            || self.parked.iter().any(|s| {
+                self.requests[s.request]
+                    .as_ref()
+                    .is_some_and(|r| !self.paused.contains(&r.key.client))
+            });
+        if waiting {
             return;
         }
-        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
+        let pt = self.limits.page_tokens;
         self.entries.clear();
+        let mut new_pages = 0usize;
         for e in prev {
             let seq = &self.seqs[e.slot as usize];
             if !seq.active || !seq.decoding || seq.epoch != e.epoch || seq.request != e.request {
@@ -1106,6 +1427,31 @@ impl Engine {
             {
                 continue;
             }
+            let pos = seq.len + 1;
+            match seq.table.get(pos / pt) {
+                // Written before this step's token is known: never into a page others hold
+                // (a full page, which is never written again, is the only kind shared here).
+                Some(&page) if self.pool.refs(page) > 1 => return,
+                Some(_) => {}
+                None => new_pages += 1,
+            }
+            self.entries.push(*e);
+        }
+        if new_pages > self.pool.free() {
+            return;
+        }
+        for e in &self.entries {
+            let seq = &mut self.seqs[e.slot as usize];
+            if seq.table.len() <= (seq.len + 1) / pt {
+                match self.pool.alloc() {
+                    Some(page) => seq.table.push(page),
+                    None => return,
+                }
+            }
+        }
+        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
+        for e in &self.entries {
+            let seq = &self.seqs[e.slot as usize];
             batch.push(SeqStep {
                 slot: e.slot,
                 tokens: &seq.input,
@@ -1115,7 +1461,6 @@ impl Engine {
                 want_logits: false,
                 from_last_sample: true,
             });
-            self.entries.push(*e);
         }
         let result = if batch.is_empty() {
             Ok(false)
@@ -1156,27 +1501,10 @@ impl Engine {
             }
             let sampled = self.out.samples.get(i).copied().flatten();
             if entry.prefill > 0 {
-                let Some(req) = self.requests[entry.request].as_mut() else {
-                    continue;
-                };
-                req.prefilled += entry.prefill;
-                let done = req.prefilled == req.prefill_target;
-                let forks = req.n_samples > 1;
-                self.seqs[entry.slot as usize].len += entry.prefill;
-                if done {
-                    if forks {
-                        if let Err(e) = self.fork_samples(entry.request) {
-                            self.fail_request(entry.request, e, Some(sink));
-                        }
-                    } else {
-                        if let Some(req) = self.requests[entry.request].as_mut() {
-                            req.phase = Phase::Decode;
-                        }
-                        self.seqs[entry.slot as usize].decoding = true;
-                        if let Some(tok) = sampled {
-                            self.accept_token(entry.slot, tok, now, sink);
-                        }
-                    }
+                let seq = &mut self.seqs[entry.slot as usize];
+                seq.len += entry.prefill;
+                if seq.len == seq.prefill_to {
+                    self.prefill_done(entry.slot, sampled, now, sink);
                 }
             } else {
                 self.seqs[entry.slot as usize].len += 1;
@@ -1184,6 +1512,36 @@ impl Engine {
                     self.accept_token(entry.slot, tok, now, sink);
                 }
             }
+        }
+    }
+
+    /// `slot` prefilled all it had to: a fork's primary forks its request's samples; any other
+    /// sequence decodes, from the token it sampled after its prompt (a fresh request) or from
+    /// its last sampled token (a recompute, which samples nothing).
+    fn prefill_done(
+        &mut self,
+        slot: u32,
+        sampled: Option<SampledToken>,
+        now: Instant,
+        sink: &mut dyn EventSink,
+    ) {
+        let seq = &mut self.seqs[slot as usize];
+        let rid = seq.request;
+        let Some(req) = self.requests[rid].as_mut() else {
+            return;
+        };
+        if req.phase == Phase::Prefill && req.n_samples > 1 {
+            if let Err(e) = self.fork_samples(rid) {
+                self.fail_request(rid, e, Some(sink));
+            }
+            return;
+        }
+        req.phase = Phase::Decode;
+        seq.decoding = true;
+        if std::mem::take(&mut seq.sample_after_prefill)
+            && let Some(tok) = sampled
+        {
+            self.accept_token(slot, tok, now, sink);
         }
     }
 }
@@ -1241,8 +1599,7 @@ impl InferenceEngine for Engine {
             scheduled_at: None,
             prompt,
             phase: Phase::Queued,
-            prefill_target: 0,
-            prefilled: 0,
+            stamp: 0,
             slots: Vec::with_capacity(usize::from(request.n_samples)),
             samples_left: request.n_samples,
             cancelled: false,
@@ -1315,77 +1672,35 @@ impl InferenceEngine for Engine {
         let now = Instant::now();
         self.process_cancels(sink);
         self.park_paused();
-        self.resume_parked(sink);
         self.admit(now, sink);
-        self.plan_prefill_order();
+        self.plan_step(sink);
 
         // Build the batch (borrows requests and sequences; the entries remember who is who).
         let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
-        self.entries.clear();
-        let mut budget = self.limits.max_step_tokens;
-        for (slot, seq) in self.seqs.iter().enumerate() {
-            if !seq.active || !seq.decoding || budget == 0 {
-                continue;
-            }
-            let Some(req) = self.requests[seq.request].as_ref() else {
-                continue;
-            };
-            if self.paused.contains(&req.key.client) {
-                continue;
-            }
-            batch.push(SeqStep {
-                slot: slot as u32,
-                tokens: &seq.input,
-                start_pos: seq.len as u32,
-                block_table: &seq.table,
-                sample: true,
-                want_logits: false,
-                from_last_sample: seq.input_sampled,
+        for e in &self.entries {
+            let seq = &self.seqs[e.slot as usize];
+            batch.push(if e.prefill == 0 {
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.input,
+                    start_pos: seq.len as u32,
+                    block_table: &seq.table,
+                    sample: true,
+                    want_logits: false,
+                    from_last_sample: seq.input_sampled,
+                }
+            } else {
+                let end = seq.len + e.prefill;
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.tokens[seq.len..end],
+                    start_pos: seq.len as u32,
+                    block_table: &seq.table,
+                    sample: end == seq.prefill_to && seq.sample_after_prefill,
+                    want_logits: false,
+                    from_last_sample: false,
+                }
             });
-            self.entries.push(StepEntry {
-                slot: slot as u32,
-                request: seq.request,
-                prefill: 0,
-                epoch: seq.epoch,
-            });
-            budget -= 1;
-        }
-        let mut served: Option<ClientId> = None;
-        for &rid in &self.prefill_order {
-            if budget == 0 || batch.len() >= self.limits.max_seqs {
-                break;
-            }
-            let Some(req) = self.requests[rid].as_ref() else {
-                continue;
-            };
-            let remaining = req.prefill_target - req.prefilled;
-            let chunk = remaining.min(budget);
-            if chunk == 0 {
-                continue;
-            }
-            let slot = req.slots[0];
-            let seq = &self.seqs[slot as usize];
-            let finishes = req.prefilled + chunk == req.prompt.len();
-            batch.push(SeqStep {
-                slot,
-                tokens: &req.prompt[req.prefilled..req.prefilled + chunk],
-                start_pos: req.prefilled as u32,
-                block_table: &seq.table,
-                sample: finishes,
-                want_logits: false,
-                from_last_sample: false,
-            });
-            self.entries.push(StepEntry {
-                slot,
-                request: rid,
-                prefill: chunk,
-                epoch: seq.epoch,
-            });
-            budget -= chunk;
-            served = Some(req.key.client);
-        }
-        if served.is_some() {
-            self.last_prefill_client = served;
         }
         let pure_decode = self.entries.iter().all(|e| e.prefill == 0);
         let result = if batch.is_empty() {

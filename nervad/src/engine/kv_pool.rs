@@ -32,6 +32,23 @@ impl KvPagePool {
         self.free.len()
     }
 
+    /// Sequences holding `page` (0: free).
+    pub fn refs(&self, page: u32) -> u16 {
+        self.refs[page as usize]
+    }
+
+    /// Pages held by more than one sequence.
+    pub fn shared(&self) -> usize {
+        self.refs.iter().filter(|&&r| r > 1).count()
+    }
+
+    /// Take one free page (held once), or `None` when the pool is dry.
+    pub fn alloc(&mut self) -> Option<u32> {
+        let p = self.free.pop()?;
+        self.refs[p as usize] = 1;
+        Some(p)
+    }
+
     /// Take `n` pages onto the end of `table`, or none if fewer than `n` are free.
     /// `table` must have room (it is sized for a full-context sequence).
     pub fn take(&mut self, n: usize, table: &mut Vec<u32>) -> bool {
@@ -39,8 +56,7 @@ impl KvPagePool {
             return false;
         }
         for _ in 0..n {
-            if let Some(p) = self.free.pop() {
-                self.refs[p as usize] = 1;
+            if let Some(p) = self.alloc() {
                 table.push(p);
             }
         }
@@ -54,15 +70,20 @@ impl KvPagePool {
         *r = r.saturating_add(1);
     }
 
-    /// Drop one holder of every page of `table` and clear it; pages nobody holds become free.
+    /// Drop one holder of `page`; a page nobody holds becomes free.
+    pub fn release_page(&mut self, page: u32) {
+        let r = &mut self.refs[page as usize];
+        debug_assert!(*r > 0, "releasing a free page");
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            self.free.push(page);
+        }
+    }
+
+    /// Drop one holder of every page of `table` and clear it.
     pub fn release(&mut self, table: &mut Vec<u32>) {
         for &p in table.iter() {
-            let r = &mut self.refs[p as usize];
-            debug_assert!(*r > 0, "releasing a free page");
-            *r = r.saturating_sub(1);
-            if *r == 0 {
-                self.free.push(p);
-            }
+            self.release_page(p);
         }
         table.clear();
     }
@@ -82,10 +103,13 @@ mod tests {
         assert!(b.is_empty());
         pool.share(a[0]);
         b.push(a[0]);
+        assert_eq!(pool.shared(), 1);
         assert!(pool.take(1, &mut b));
         assert_eq!(pool.free(), 0);
+        assert_eq!(pool.alloc(), None);
         pool.release(&mut a);
         assert_eq!(pool.free(), 2, "a[0] still held by b");
+        assert_eq!(pool.refs(b[0]), 1);
         pool.release(&mut b);
         assert_eq!(pool.free(), 4);
     }

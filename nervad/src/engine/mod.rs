@@ -8,6 +8,7 @@ pub mod detok;
 pub mod dump;
 pub mod kv_pool;
 pub mod model;
+pub mod scheduler;
 
 pub use api::{
     ClientId, EngineEvent, EngineInfo, EventSink, FinishReason, GenerateRequest, InferenceEngine,

@@ -186,3 +186,39 @@ fn preemption_with_launch_ahead_keeps_every_sequence_exact() {
         assert_eq!(got, want, "overlap {overlap}");
     }
 }
+
+/// Mixed steps are launched ahead too: while a step with prefill chunks runs, the next one
+/// (decodes one position on, the next chunks of long prompts) is already launched, and every
+/// output equals the step-by-step engine's (paged-KV model backend, prompts of 40 tokens split
+/// into chunks by the 16-token budget while other sequences decode).
+#[test]
+fn mixed_prefill_and_decode_steps_are_launched_ahead_exactly() {
+    let run_with = |overlap: bool| {
+        let mut backend = ScriptedBackend::new(scripted_limits(), Vec::new());
+        backend.overlap = overlap;
+        backend.kv_model = true;
+        let ahead = backend.prefill_launched_ahead.clone();
+        let mut e = Engine::new(
+            scripted_model(),
+            Box::new(backend),
+            EngineOptions::default(),
+        );
+        let mut rec = Recorder::default();
+        let keys: Vec<_> = (0..3).map(|i| key(i, 1)).collect();
+        for (i, &k) in keys.iter().enumerate() {
+            let len = if i == 0 { 3 } else { 40 };
+            let prompt: Vec<u32> = (0..len).map(|t| 70 + (t * 5 + i as u32) % 40).collect();
+            let mut r = request(k, Prompt::Tokens(prompt), 12);
+            r.stop.ignore_eos = true;
+            e.submit(r).unwrap();
+        }
+        run(&mut e, &mut rec);
+        let outs: Vec<_> = keys.iter().map(|&k| rec.tokens(k, 0)).collect();
+        (outs, ahead.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    let (want, _) = run_with(false);
+    assert!(want.iter().all(|t| t.len() == 12));
+    let (got, ahead) = run_with(true);
+    assert_eq!(got, want);
+    assert!(ahead > 0, "no prefill chunk was launched ahead");
+}

@@ -1383,23 +1383,31 @@ impl Engine {
         }
     }
 
-    /// With one step in flight, launch the next decode step of its sequences without waiting
-    /// for its tokens: each feeds the token its slot samples in the step in flight
-    /// (`from_last_sample`), one position further. Only when the step in flight was pure
-    /// decode and nothing else waits (no cancel, no queued request, no prefill or recompute,
-    /// no sample waiting for a slot, no paused client in it), only for sequences that cannot
-    /// finish by count in the step in flight (a sequence that stops on a token there costs
-    /// this one discarded step), and only when the pages the step needs are free (otherwise
-    /// the next planned step preempts).
+    /// With one step in flight, launch the next step of its sequences without waiting for its
+    /// tokens, so the device never idles while the host learns them. Each decode entry
+    /// decodes one position further, feeding the token its slot samples in the step in flight
+    /// (`from_last_sample`); each prefill chunk goes on with its next chunk (its tokens are on
+    /// the host), and a prefill that ends in the step in flight decodes next (from its sampled
+    /// token, or its last token after a recompute). Only when nothing else waits (no cancel,
+    /// no queued request, no prefill outside the step, no sample waiting for a slot, no paused
+    /// client, no fork due: a fork changes host state the next step needs), only for
+    /// sequences that cannot finish by count in the step in flight (a sequence that stops on a
+    /// token there costs this one discarded entry), and only when the pages the step needs are
+    /// free (otherwise the next planned step preempts).
     fn launch_speculative(&mut self, sink: &mut dyn EventSink) {
         if !self.backend.overlaps() || !self.cancelled.is_empty() || !self.queue.is_empty() {
             return;
         }
         let prev = &self.launched[self.launched_head];
-        if prev.is_empty() || prev.iter().any(|e| e.prefill > 0) {
+        if prev.is_empty() {
             return;
         }
-        let waiting = self.seqs.iter().any(|s| s.active && s.prefilling())
+        let in_prev = |slot: usize| prev.iter().any(|e| e.slot as usize == slot);
+        let waiting = self
+            .seqs
+            .iter()
+            .enumerate()
+            .any(|(slot, s)| s.active && s.prefilling() && !in_prev(slot))
             || self.parked.iter().any(|s| {
                 self.requests[s.request]
                     .as_ref()
@@ -1411,38 +1419,68 @@ impl Engine {
         let pt = self.limits.page_tokens;
         self.entries.clear();
         let mut new_pages = 0usize;
+        let mut budget = self.limits.max_step_tokens;
         for e in prev {
             let seq = &self.seqs[e.slot as usize];
-            if !seq.active || !seq.decoding || seq.epoch != e.epoch || seq.request != e.request {
+            if !seq.active || seq.epoch != e.epoch || seq.request != e.request {
                 continue;
             }
             let Some(req) = self.requests[seq.request].as_ref() else {
                 continue;
             };
-            // The step in flight brings generated + 1 tokens; one more must still be allowed.
-            let after = seq.generated as usize + 1;
-            if after >= req.max_tokens as usize
-                || req.prompt.len() + after >= seq.limit
-                || self.paused.contains(&req.key.client)
-            {
-                continue;
+            if self.paused.contains(&req.key.client) {
+                return;
             }
-            let pos = seq.len + 1;
-            match seq.table.get(pos / pt) {
-                // Written before this step's token is known: never into a page others hold
-                // (a full page, which is never written again, is the only kind shared here).
-                Some(&page) if self.pool.refs(page) > 1 => return,
-                Some(_) => {}
-                None => new_pages += 1,
+            // Where the sequence stands once the step in flight is collected.
+            let at = seq.len + e.prefill.max(1);
+            let decodes_next = e.prefill == 0 || at == seq.prefill_to;
+            let next = if decodes_next {
+                if e.prefill > 0 && req.phase == Phase::Prefill && req.n_samples > 1 {
+                    return;
+                }
+                // Tokens it will have sampled after the step in flight (none more after a
+                // recompute); the next step samples one more, which must still be allowed.
+                let sampled_now = e.prefill == 0 || seq.sample_after_prefill;
+                let after = seq.generated as usize + usize::from(sampled_now);
+                if after >= req.max_tokens as usize || seq.prompt_len + after >= seq.limit {
+                    continue;
+                }
+                1
+            } else {
+                (seq.prefill_to - at).min(budget)
+            };
+            if next == 0 || budget < next {
+                return;
             }
-            self.entries.push(*e);
+            budget -= next;
+            // Written before the step in flight's tokens are known: never into a page others
+            // hold (past a fork's first step only full pages, never written again, are shared).
+            for i in at / pt..pages_for(at + next, pt) {
+                match seq.table.get(i) {
+                    Some(&page) if self.pool.refs(page) > 1 => return,
+                    Some(_) => {}
+                    None => new_pages += 1,
+                }
+            }
+            self.entries.push(StepEntry {
+                prefill: if decodes_next { 0 } else { next },
+                ..*e
+            });
         }
         if new_pages > self.pool.free() {
             return;
         }
+        // The in-flight entry of a slot (every entry here has one).
+        let prev = &self.launched[self.launched_head];
+        let before = |slot: u32| {
+            prev.iter()
+                .find(|p| p.slot == slot)
+                .map_or(1, |p| p.prefill)
+        };
         for e in &self.entries {
             let seq = &mut self.seqs[e.slot as usize];
-            if seq.table.len() <= (seq.len + 1) / pt {
+            let end = seq.len + before(e.slot).max(1) + e.prefill.max(1);
+            while seq.table.len() < pages_for(end, pt) {
                 match self.pool.alloc() {
                     Some(page) => seq.table.push(page),
                     None => return,
@@ -1452,14 +1490,31 @@ impl Engine {
         let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
         for e in &self.entries {
             let seq = &self.seqs[e.slot as usize];
-            batch.push(SeqStep {
-                slot: e.slot,
-                tokens: &seq.input,
-                start_pos: seq.len as u32 + 1,
-                block_table: &seq.table,
-                sample: true,
-                want_logits: false,
-                from_last_sample: true,
+            let was = before(e.slot);
+            let at = seq.len + was.max(1);
+            batch.push(if e.prefill == 0 {
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.input,
+                    start_pos: at as u32,
+                    block_table: &seq.table,
+                    sample: true,
+                    want_logits: false,
+                    // The slot samples this token in the step in flight, except after a
+                    // recompute: then it is the host's last token.
+                    from_last_sample: was == 0 || seq.sample_after_prefill,
+                }
+            } else {
+                let end = at + e.prefill;
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.tokens[at..end],
+                    start_pos: at as u32,
+                    block_table: &seq.table,
+                    sample: end == seq.prefill_to && seq.sample_after_prefill,
+                    want_logits: false,
+                    from_last_sample: false,
+                }
             });
         }
         let result = if batch.is_empty() {
@@ -1702,7 +1757,6 @@ impl InferenceEngine for Engine {
                 }
             });
         }
-        let pure_decode = self.entries.iter().all(|e| e.prefill == 0);
         let result = if batch.is_empty() {
             Ok(false)
         } else {
@@ -1717,9 +1771,9 @@ impl InferenceEngine for Engine {
             Ok(false) => {}
             Ok(true) => {
                 self.push_launched();
-                // A pure decode step on a backend that overlaps stays in flight: the next call
-                // launches its successor before collecting it. Anything else is collected now.
-                if !(pure_decode && self.backend.overlaps()) {
+                // On a backend that overlaps the step stays in flight: the next call launches
+                // its successor before collecting it when it can (`launch_speculative`).
+                if !self.backend.overlaps() {
                     self.collect_oldest(sink);
                 }
             }

@@ -282,6 +282,9 @@ pub struct ScriptedBackend {
     /// never written fails the step. Any page mix-up (a page reused while held, a missing
     /// copy-on-write, a skipped recompute) then changes the output.
     pub kv_model: bool,
+    /// Launches of a step with a prefill chunk while another step was in flight (a device
+    /// running step t while the host launched step t+1).
+    pub prefill_launched_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Token at each (page, offset) written so far; `u32::MAX` = never written.
     kv: Vec<u32>,
     /// Per slot: the token it sampled last (what `from_last_sample` feeds, as on a device).
@@ -301,6 +304,7 @@ impl ScriptedBackend {
             log: Default::default(),
             overlap: false,
             kv_model: false,
+            prefill_launched_ahead: Default::default(),
             kv: vec![u32::MAX; limits.num_pages * limits.page_tokens],
             last_sample: vec![0; limits.max_seqs],
             seeds: vec![0; limits.max_seqs],
@@ -366,6 +370,14 @@ impl Backend for ScriptedBackend {
             return Err(BackendError::Limits(format!(
                 "{most} step(s) in flight at most"
             )));
+        }
+        if !self.pending.is_empty()
+            && batch
+                .iter()
+                .any(|s| !s.from_last_sample && s.tokens.len() > 1)
+        {
+            self.prefill_launched_ahead
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         if let Ok(mut log) = self.log.lock() {
             log.push(

@@ -485,3 +485,93 @@ fn greedy_engine_matches_teacher_forced_argmax() {
         .count();
     assert_eq!(tops, generated.len());
 }
+
+/// Deficit round robin by tokens served: a client that floods the queue with 20 requests
+/// before another client sends 2 does not make that client wait behind its flood; the
+/// latecomer's requests start as soon as slots free up, ahead of the flood's backlog.
+#[test]
+fn a_flooding_client_cannot_starve_another() {
+    let mut e = scripted(&[u32::from(b'a'); 8]);
+    let mut rec = Recorder::default();
+    let flood: Vec<_> = (0..20).map(|t| key(1, t)).collect();
+    for &k in &flood {
+        e.submit(request(k, Prompt::Tokens(vec![1, 2, 3]), 8))
+            .unwrap();
+    }
+    for _ in 0..3 {
+        e.step(&mut rec);
+    }
+    let late: Vec<_> = (0..2).map(|t| key(2, t)).collect();
+    for &k in &late {
+        e.submit(request(k, Prompt::Tokens(vec![4, 5]), 8)).unwrap();
+    }
+    run(&mut e, &mut rec);
+    let first_token = |k| {
+        rec.events
+            .iter()
+            .position(|ev| matches!(ev, Ev::Tokens(kk, ..) if *kk == k))
+            .unwrap()
+    };
+    for &k in &late {
+        assert_eq!(rec.tokens(k, 0).len(), 8);
+        // Four slots: the flood's first four run when the latecomer arrives; its requests
+        // must start before the flood's seventh.
+        assert!(
+            first_token(k) < first_token(flood[6]),
+            "{k:?} waited behind the flood"
+        );
+    }
+    for &k in &flood {
+        assert_eq!(rec.done(k, 0), vec![FinishReason::Length]);
+    }
+}
+
+/// A cancelled request's pages are free after the next step, a dead client's at once, on a
+/// backend that keeps a step in flight too (the freed pages are then reused only after it).
+#[test]
+fn cancellation_and_client_death_free_pages_at_the_next_step() {
+    for overlap in [false, true] {
+        let mut backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'a'); 40]);
+        backend.overlap = overlap;
+        let mut e = Engine::new(
+            scripted_model(),
+            Box::new(backend),
+            EngineOptions::default(),
+        );
+        let mut rec = Recorder::default();
+        let (a, b, c) = (key(1, 1), key(2, 1), key(3, 1));
+        // 9 prompt tokens: three pages each, a fourth once decoding passes position 12.
+        for k in [a, b, c] {
+            e.submit(request(k, Prompt::Tokens(vec![1; 9]), 30))
+                .unwrap();
+        }
+        for _ in 0..8 {
+            e.step(&mut rec);
+        }
+        let total = scripted_limits().num_pages;
+        let held = total - e.free_pages();
+        assert!(
+            held >= 9,
+            "overlap {overlap}: three sequences hold {held} pages"
+        );
+        e.drop_client(c.client);
+        let after_drop = total - e.free_pages();
+        assert!(
+            after_drop <= held - 3,
+            "overlap {overlap}: death freed pages at once"
+        );
+        e.cancel(a);
+        e.step(&mut rec);
+        assert_eq!(rec.done(a, 0), vec![FinishReason::Cancelled]);
+        // Only b holds pages now (at most 5: 9 + 8 positions plus one launched ahead).
+        assert!(
+            total - e.free_pages() <= 5,
+            "overlap {overlap}: {} pages held after the cancel",
+            total - e.free_pages()
+        );
+        run(&mut e, &mut rec);
+        assert_eq!(rec.done(b, 0), vec![FinishReason::Length]);
+        assert!(rec.done(c, 0).is_empty());
+        assert_eq!(e.free_pages(), total);
+    }
+}

@@ -3,8 +3,9 @@
 //!
 //! Request life: queued (waiting for sequence slots and KV pages) → prefill (prompt chunks, the
 //! primary sequence only) → decode (one token per sample per step) → finished. Each step runs
-//! every decoding sample first, then fills the remaining token budget with prefill chunks, one
-//! client at a time in round robin.
+//! every decoding sample first, then fills the remaining token budget with prefill chunks;
+//! queued requests and prefill chunks go least-served client first (deficit round robin by
+//! tokens served, [`super::scheduler`]), then by priority.
 //!
 //! KV pages are taken as sequences grow: a prefill chunk takes the pages its positions need,
 //! a decode step the page its next position needs. Admission only checks that the prompt's
@@ -51,7 +52,7 @@ use super::api::{
 use super::detok::{Pushed, TextStream};
 use super::kv_pool::KvPagePool;
 use super::model::EngineModel;
-use super::scheduler::Rank;
+use super::scheduler::{FairShare, Rank, fair_key};
 use crate::backend::sampling::validate_params;
 use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput};
 
@@ -290,8 +291,8 @@ pub struct Engine {
     free_slots: Vec<u32>,
     paused: Vec<ClientId>,
     cancelled: Vec<usize>,
-    /// The client whose prefill ran last (round robin).
-    last_prefill_client: Option<ClientId>,
+    /// Tokens served per client (fair share across clients).
+    fair: FairShare,
     /// Samples without a slot: parked (paused client, pages kept) or preempted (pages freed);
     /// see the module docs.
     parked: Vec<Sequence>,
@@ -364,7 +365,7 @@ impl Engine {
             free_slots: (0..limits.max_seqs as u32).rev().collect(),
             paused: Vec::new(),
             cancelled: Vec::new(),
-            last_prefill_client: None,
+            fair: FairShare::default(),
             parked: Vec::new(),
             spare: Vec::new(),
             admissions: 0,
@@ -557,7 +558,7 @@ impl Engine {
     }
 
     /// Resume samples without a slot, then admit queued requests while slots and pages allow:
-    /// highest priority first, then round robin over clients, FIFO within a client. Stops at
+    /// least-served client first, then priority, then FIFO ([`super::scheduler`]). Stops at
     /// the first that does not fit so a large request is not starved by small ones behind it,
     /// and admits nothing new while a preempted sample waits.
     fn admit(&mut self, now: Instant, sink: &mut dyn EventSink) {
@@ -588,36 +589,17 @@ impl Engine {
         }
     }
     fn pick_queued(&self) -> Option<usize> {
-        // A paused client's requests wait: admitted, they would hold slots it cannot use.
-        let best = self
-            .queue
-            .iter()
-            .filter_map(|&r| self.requests[r].as_ref())
-            .filter(|r| !self.paused.contains(&r.key.client))
-            .map(|r| r.priority)
-            .max()?;
-        // Round robin: the first queued request of the first client after the last served.
-        let after = self.last_prefill_client;
-        let mut chosen: Option<(bool, ClientId, usize)> = None;
-        for (i, &r) in self.queue.iter().enumerate() {
-            let Some(req) = self.requests[r].as_ref() else {
-                return Some(i);
-            };
-            if req.priority != best || self.paused.contains(&req.key.client) {
-                continue;
-            }
-            let c = req.key.client;
-            // Clients after the last served come first (wrapping).
-            let later = after.is_none_or(|a| c > a);
-            let better = match chosen {
-                None => true,
-                Some((cl, cc, _)) => (later && !cl) || (later == cl && c < cc),
-            };
-            if better {
-                chosen = Some((later, c, i));
-            }
+        if let Some(i) = self.queue.iter().position(|&r| self.requests[r].is_none()) {
+            return Some(i);
         }
-        chosen.map(|(_, _, i)| i)
+        self.queue
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &r)| Some((i, self.requests[r].as_ref()?)))
+            // A paused client's requests wait: admitted, they would hold slots it cannot use.
+            .filter(|(_, req)| !self.paused.contains(&req.key.client))
+            .min_by_key(|&(i, req)| fair_key(&self.fair, req.key.client, req.priority, i))
+            .map(|(i, _)| i)
     }
 
     fn start_request(&mut self, rid: usize, now: Instant) -> Result<(), RequestError> {
@@ -729,8 +711,10 @@ impl Engine {
             if slot == PARKED {
                 continue;
             }
+            // A sample that ended earlier left its slot number behind; the slot may serve
+            // another request by now.
             let seq = &mut self.seqs[slot as usize];
-            if seq.active {
+            if seq.active && seq.request == rid {
                 seq.active = false;
                 self.pool.release(&mut seq.table);
                 self.free_slots.push(slot);
@@ -751,6 +735,7 @@ impl Engine {
             self.queue.remove(qi);
         }
         self.by_key.remove(&req.key);
+        self.fair.finished(req.key.client);
         self.free_requests.push(rid);
     }
 
@@ -1215,8 +1200,8 @@ impl Engine {
         }
     }
 
-    /// Order the slots waiting to prefill (initially or recomputing): priority, then clients
-    /// after the last served first, then arrival, then sample.
+    /// Order the slots waiting to prefill (initially or recomputing): least-served client
+    /// first, then priority, then arrival, then sample.
     fn plan_prefill_order(&mut self) {
         self.prefill_order.clear();
         for (slot, seq) in self.seqs.iter().enumerate() {
@@ -1231,33 +1216,14 @@ impl Engine {
             }
             self.prefill_order.push(slot);
         }
-        let after = self.last_prefill_client;
         let requests = &self.requests;
         let seqs = &self.seqs;
+        let fair = &self.fair;
         let key = |slot: &usize| {
             let seq = &seqs[*slot];
-            let r = requests[seq.request]
+            requests[seq.request]
                 .as_ref()
-                .map(|r| (r.priority, r.key.client, r.received_at));
-            match r {
-                Some((p, c, at)) => (
-                    std::cmp::Reverse(p),
-                    after.is_some_and(|a| c <= a),
-                    c,
-                    Some(at),
-                    seq.sample,
-                ),
-                None => (
-                    std::cmp::Reverse(0),
-                    true,
-                    ClientId {
-                        slot: u32::MAX,
-                        generation: u32::MAX,
-                    },
-                    None,
-                    seq.sample,
-                ),
-            }
+                .map(|r| fair_key(fair, r.key.client, r.priority, (r.received_at, seq.sample)))
         };
         // sort_unstable_by_key on a small, preallocated vector: no allocation.
         self.prefill_order.sort_unstable_by_key(key);
@@ -1315,7 +1281,6 @@ impl Engine {
 
         self.plan_prefill_order();
         let pt = self.limits.page_tokens;
-        let mut served: Option<ClientId> = None;
         for i in 0..self.prefill_order.len() {
             if budget == 0 || self.entries.len() >= self.limits.max_seqs {
                 break;
@@ -1351,12 +1316,6 @@ impl Engine {
                 epoch,
             });
             budget -= to - from;
-            if let Some(req) = self.requests[rid].as_ref() {
-                served = Some(req.key.client);
-            }
-        }
-        if served.is_some() {
-            self.last_prefill_client = served;
         }
         // A request failed above may have had entries already.
         let seqs = &self.seqs;
@@ -1365,8 +1324,14 @@ impl Engine {
             seq.active && seq.epoch == e.epoch && seq.request == e.request
         });
     }
-    /// Remember `self.entries` as the newest launched step.
+    /// Remember `self.entries` as the newest launched step, and charge each client the
+    /// tokens it is served there.
     fn push_launched(&mut self) {
+        for e in &self.entries {
+            if let Some(req) = self.requests[e.request].as_ref() {
+                self.fair.charge(req.key.client, e.prefill.max(1));
+            }
+        }
         let at = (self.launched_head + self.launched_len) % self.launched.len();
         self.launched[at].clear();
         self.launched[at].extend_from_slice(&self.entries);
@@ -1670,6 +1635,7 @@ impl InferenceEngine for Engine {
             }
         };
         self.by_key.insert(request.key, rid);
+        self.fair.submitted(request.key.client);
         self.queue.push_back(rid);
         Ok(())
     }
@@ -1696,9 +1662,7 @@ impl InferenceEngine for Engine {
         }
         self.cancelled.retain(|&r| self.requests[r].is_some());
         self.paused.retain(|&c| c != client);
-        if self.last_prefill_client == Some(client) {
-            self.last_prefill_client = None;
-        }
+        self.fair.forget(client);
     }
 
     fn set_paused(&mut self, client: ClientId, paused: bool) {

@@ -540,9 +540,10 @@ fn cancellation_and_client_death_free_pages_at_the_next_step() {
         );
         let mut rec = Recorder::default();
         let (a, b, c) = (key(1, 1), key(2, 1), key(3, 1));
-        // 9 prompt tokens: three pages each, a fourth once decoding passes position 12.
+        // 9 prompt tokens: three pages each, a fourth once decoding passes position 12;
+        // different prompts, so no page is shared through the prefix cache.
         for k in [a, b, c] {
-            e.submit(request(k, Prompt::Tokens(vec![1; 9]), 30))
+            e.submit(request(k, Prompt::Tokens(vec![k.client.slot; 9]), 30))
                 .unwrap();
         }
         for _ in 0..8 {

@@ -152,3 +152,64 @@ fn chunked_prefill_gives_identical_outputs() {
         }
     }
 }
+
+/// Prefix sharing across requests and clients: a 24-token prefix (6 full pages) prefilled for
+/// one client's request stays cached after it ends; two other clients' requests with that
+/// prefix take those pages instead of prefilling them, hold them once (6 shared pages, 9
+/// pages held in all instead of 15), and produce exactly what each produces on a fresh engine.
+#[test]
+fn shared_prefixes_are_stored_once_and_give_identical_outputs() {
+    let prefix: Vec<u32> = (0..24).map(|t| (t * 5 + 3) % 256).collect();
+    let with = |suffix: &[u32]| {
+        let mut p = prefix.clone();
+        p.extend_from_slice(suffix);
+        p
+    };
+    let mut reqs = vec![
+        request(key(1, 1), Prompt::Tokens(with(&[9, 8])), 6),
+        request(key(2, 1), Prompt::Tokens(with(&[7])), 6),
+        request(
+            key(3, 1),
+            Prompt::Tokens(with(&[100, 101, 102, 103, 104])),
+            6,
+        ),
+    ];
+    reqs[2].sampling = SamplingParams {
+        temperature: 0.8,
+        repetition_penalty: 1.3,
+        seed: 5,
+        ..SamplingParams::default()
+    };
+    for r in &mut reqs {
+        r.stop.ignore_eos = true;
+    }
+    let alone: Vec<_> = reqs
+        .iter()
+        .map(|r| {
+            let (rec, _) = serve(96, std::slice::from_ref(r));
+            outputs(&rec, r.key, 0)
+        })
+        .collect();
+
+    let mut e = Engine::with_cpu_backend(model(3), options(96)).unwrap();
+    let mut rec = Recorder::default();
+    e.submit(reqs[0].clone()).unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(e.free_pages(), 96);
+    assert!(e.cached_pages() >= 6, "the prefix stays cached");
+    e.submit(reqs[1].clone()).unwrap();
+    e.submit(reqs[2].clone()).unwrap();
+    e.step(&mut rec);
+    assert_eq!(e.prefix_hits(), 12, "6 pages found for each");
+    assert_eq!(e.shared_pages(), 6);
+    assert_eq!(
+        96 - e.free_pages(),
+        6 + 1 + 2,
+        "prefix once, then 1 and 2 own pages"
+    );
+    run(&mut e, &mut rec);
+    for (r, want) in reqs.iter().zip(&alone) {
+        assert_eq!(&outputs(&rec, r.key, 0), want, "{:?}", r.key);
+    }
+    assert_eq!(e.free_pages(), 96);
+}

@@ -25,6 +25,12 @@
 //! stream. A page a sample must write while others still hold it is copied first
 //! (copy-on-write: the partial last prompt page).
 //!
+//! Every full page is cached for its token prefix once written ([`super::prefix_cache`]): a
+//! sequence about to prefill takes the cached pages of its prefix instead of computing them,
+//! across requests and clients (a preempted sequence usually finds its own pages again), and
+//! a cached page outlives its last holder until the pool needs it. A sequence that samples
+//! after its prefill always computes its last prompt position (its logits are needed).
+//!
 //! After admission nothing on the step path allocates: buffers live in the request and sequence
 //! slots, events borrow them.
 //!
@@ -52,6 +58,7 @@ use super::api::{
 use super::detok::{Pushed, TextStream};
 use super::kv_pool::KvPagePool;
 use super::model::EngineModel;
+use super::prefix_cache;
 use super::scheduler::{FairShare, Rank, fair_key};
 use crate::backend::sampling::validate_params;
 use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput};
@@ -159,6 +166,10 @@ struct Sequence {
     sample_after_prefill: bool,
     /// Left its slot with its pages freed; its prefix is recomputed when it resumes.
     preempted: bool,
+    /// Leading pages of `table` that are full and cached for their prefix (found there or
+    /// registered after being written), and the prefix key through them.
+    cached_pages: usize,
+    prefix_key: u64,
     /// The token fed at the next decode step.
     input: [u32; 1],
     /// `input` is what this slot sampled last (not a prompt token handed over by a fork).
@@ -204,6 +215,8 @@ impl Sequence {
             prefill_to: 0,
             sample_after_prefill: false,
             preempted: false,
+            cached_pages: 0,
+            prefix_key: prefix_cache::ROOT,
             input: [0],
             input_sampled: false,
             epoch: 0,
@@ -302,6 +315,8 @@ pub struct Engine {
     admissions: u64,
     /// Sequences preempted since start.
     preemptions: u64,
+    /// Pages found in the prefix cache instead of being prefilled, since start.
+    prefix_hits: u64,
     /// Slots of the step's decoding sequences in rank order (scratch).
     order: Vec<u32>,
     out: StepOutput,
@@ -356,7 +371,7 @@ impl Engine {
             device: info.device,
             limits,
             max_queued: options.max_queued.max(1),
-            pool: KvPagePool::new(limits.num_pages),
+            pool: KvPagePool::new(limits.num_pages, limits.page_tokens),
             requests: Vec::new(),
             free_requests: Vec::new(),
             by_key: HashMap::new(),
@@ -370,6 +385,7 @@ impl Engine {
             spare: Vec::new(),
             admissions: 0,
             preemptions: 0,
+            prefix_hits: 0,
             order: Vec::with_capacity(limits.max_seqs),
             out: StepOutput::with_capacity(limits.max_seqs),
             step_buf: Vec::with_capacity(limits.max_seqs),
@@ -432,6 +448,21 @@ impl Engine {
     /// Sequences preempted (pages freed for recompute) since start.
     pub fn preemptions(&self) -> u64 {
         self.preemptions
+    }
+
+    /// KV pages held by more than one sequence now.
+    pub fn shared_pages(&self) -> usize {
+        self.pool.shared()
+    }
+
+    /// KV pages cached for their prefix that no sequence holds now.
+    pub fn cached_pages(&self) -> usize {
+        self.pool.cached()
+    }
+
+    /// Pages taken from the prefix cache instead of being prefilled, since start.
+    pub fn prefix_hits(&self) -> u64 {
+        self.prefix_hits
     }
 
     /// Teacher-forced logits `[tokens, vocab]` of every position of `tokens` (dump and parity
@@ -637,6 +668,8 @@ impl Engine {
             };
             seq.sample_after_prefill = n == 1;
             seq.preempted = false;
+            seq.cached_pages = 0;
+            seq.prefix_key = prefix_cache::ROOT;
             seq.decoding = false;
             seq.generated = 0;
             seq.limit = total.min(limit_ctx);
@@ -673,6 +706,12 @@ impl Engine {
                     self.pool.share(page);
                     self.seqs[slot as usize].table.push(page);
                 }
+                let (cached, key) = {
+                    let p = &self.seqs[primary as usize];
+                    (p.cached_pages, p.prefix_key)
+                };
+                self.seqs[slot as usize].cached_pages = cached;
+                self.seqs[slot as usize].prefix_key = key;
                 self.backend
                     .fork_sequence(
                         primary,
@@ -1024,7 +1063,46 @@ impl Engine {
             seq.decoding = false;
         }
         seq.len = 0;
+        seq.cached_pages = 0;
+        seq.prefix_key = prefix_cache::ROOT;
         seq.preempted = true;
+    }
+
+    /// Take cached pages for the prefix `slot` is about to prefill, as far as they reach
+    /// (never its last prompt position when it samples after its prefill: that token's logits
+    /// must be computed). Only while all its pages so far are full and cached.
+    fn extend_from_cache(&mut self, slot: u32) {
+        let pt = self.limits.page_tokens;
+        let seq = &mut self.seqs[slot as usize];
+        if seq.len != seq.cached_pages * pt || seq.table.len() != seq.cached_pages {
+            return;
+        }
+        let limit = (seq.prefill_to - usize::from(seq.sample_after_prefill)) / pt;
+        while seq.cached_pages < limit {
+            let i = seq.cached_pages;
+            let tokens = &seq.tokens[i * pt..(i + 1) * pt];
+            let Some(page) = self.pool.lookup(seq.prefix_key, tokens) else {
+                break;
+            };
+            self.pool.share(page);
+            seq.table.push(page);
+            seq.prefix_key = prefix_cache::chain(seq.prefix_key, tokens);
+            seq.cached_pages += 1;
+            seq.len += pt;
+            self.prefix_hits += 1;
+        }
+    }
+
+    /// Cache the pages of `slot` that its collected steps have filled.
+    fn register_full_pages(&mut self, slot: u32) {
+        let pt = self.limits.page_tokens;
+        let seq = &mut self.seqs[slot as usize];
+        while (seq.cached_pages + 1) * pt <= seq.len {
+            let i = seq.cached_pages;
+            let tokens = &seq.tokens[i * pt..(i + 1) * pt];
+            seq.prefix_key = self.pool.register(seq.table[i], seq.prefix_key, tokens);
+            seq.cached_pages += 1;
+        }
     }
 
     /// Preempt the sequence in `slot`: free its pages and its slot (module docs).
@@ -1286,8 +1364,14 @@ impl Engine {
                 break;
             }
             let slot = self.prefill_order[i] as u32;
+            if !self.seqs[slot as usize].active {
+                continue;
+            }
+            self.extend_from_cache(slot);
             let seq = &self.seqs[slot as usize];
-            if !seq.active || !seq.prefilling() {
+            if !seq.prefilling() {
+                // The cache held all of it (a recompute, or a fork's shared prompt).
+                self.prefill_done(slot, None, Instant::now(), sink);
                 continue;
             }
             let (rid, from, epoch) = (seq.request, seq.len, seq.epoch);
@@ -1523,11 +1607,14 @@ impl Engine {
             if entry.prefill > 0 {
                 let seq = &mut self.seqs[entry.slot as usize];
                 seq.len += entry.prefill;
-                if seq.len == seq.prefill_to {
+                let done = seq.len == seq.prefill_to;
+                self.register_full_pages(entry.slot);
+                if done {
                     self.prefill_done(entry.slot, sampled, now, sink);
                 }
             } else {
                 self.seqs[entry.slot as usize].len += 1;
+                self.register_full_pages(entry.slot);
                 if let Some(tok) = sampled {
                     self.accept_token(entry.slot, tok, now, sink);
                 }

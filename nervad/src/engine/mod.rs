@@ -8,6 +8,7 @@ pub mod detok;
 pub mod dump;
 pub mod kv_pool;
 pub mod model;
+pub mod prefix_cache;
 pub mod scheduler;
 
 pub use api::{

@@ -576,3 +576,65 @@ fn cancellation_and_client_death_free_pages_at_the_next_step() {
         assert_eq!(e.free_pages(), total);
     }
 }
+
+/// Overload: more requests than slots and pages queue up to `max_queued` (then `Busy`, and
+/// nothing accepted is lost), the pool runs dry and preempts, and the published gauges say so:
+/// queue depth, running and preempted sequences, pages used/free/shared/cached, each client's
+/// share of the tokens served.
+#[test]
+fn overload_queues_boundedly_and_the_gauges_show_it() {
+    let limits = nervad::backend::BackendLimits {
+        num_pages: 16,
+        ..scripted_limits()
+    };
+    let script: Vec<u32> = (0..24).map(|i| u32::from(b'a') + i % 26).collect();
+    let backend = ScriptedBackend::new(limits, script.clone());
+    let options = EngineOptions {
+        max_queued: 6,
+        ..EngineOptions::default()
+    };
+    let mut e = Engine::new(scripted_model(), Box::new(backend), options);
+    let mut rec = Recorder::default();
+    let mut accepted = Vec::new();
+    let mut busy = 0;
+    for t in 0..8u64 {
+        let k = key(1 + (t % 2) as u32, t);
+        match e.submit(request(k, Prompt::Tokens(vec![t as u32 + 1; 6]), 24)) {
+            Ok(()) => accepted.push(k),
+            Err(RequestError::Busy) => busy += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((accepted.len(), busy), (6, 2));
+    let g = nervad::engine::api::EngineGauges::default();
+    e.publish(&g);
+    let j = g.to_json();
+    assert_eq!(j["queued"], 6);
+    let mut most_preempted = 0;
+    let mut saw_shares = false;
+    let mut guard = 0;
+    while e.step(&mut rec) {
+        guard += 1;
+        assert!(guard < 2000);
+        e.publish(&g);
+        let j = g.to_json();
+        let n = |f: &str| j[f].as_u64().unwrap();
+        assert_eq!(n("kv_pages_used") + n("kv_pages_free"), 16);
+        assert!(n("kv_pages_cached") <= n("kv_pages_free"));
+        assert!(n("running") <= 4 && n("queued") <= 6);
+        most_preempted = most_preempted.max(n("preempted"));
+        let rows = j["client_tokens"].as_array().unwrap();
+        if rows.len() == 2 {
+            let share: f64 = rows.iter().map(|r| r["share"].as_f64().unwrap()).sum();
+            assert!((share - 1.0).abs() < 1e-9);
+            saw_shares = true;
+        }
+    }
+    assert!(most_preempted > 0, "the pool ran dry");
+    assert!(saw_shares);
+    e.publish(&g);
+    assert!(g.to_json()["preemptions"].as_u64().unwrap() > 0);
+    for &k in &accepted {
+        assert_eq!(rec.tokens(k, 0), script, "{k:?}");
+    }
+}

@@ -1898,7 +1898,23 @@ impl InferenceEngine for Engine {
             Relaxed,
         );
         g.queued.store(self.queue.len() as u64, Relaxed);
-        g.parked.store(self.parked.len() as u64, Relaxed);
+        let preempted = self.parked.iter().filter(|s| s.preempted).count() as u64;
+        g.parked
+            .store(self.parked.len() as u64 - preempted, Relaxed);
+        g.preempted.store(preempted, Relaxed);
+        g.preemptions.store(self.preemptions, Relaxed);
+        g.kv_pages_shared.store(self.pool.shared() as u64, Relaxed);
+        g.kv_pages_cached.store(self.pool.cached() as u64, Relaxed);
+        g.prefix_hit_pages.store(self.prefix_hits, Relaxed);
+        // Never wait for an admin reply reading the table: the next step publishes again.
+        if let Ok(mut rows) = g.client_tokens.try_lock() {
+            rows.clear();
+            rows.extend(
+                self.fair
+                    .served()
+                    .map(|(client, tokens)| super::api::ClientTokens { client, tokens }),
+            );
+        }
         let d = self.backend.stats();
         g.steps.store(d.steps, Relaxed);
         g.graph_steps.store(d.graph_steps, Relaxed);

@@ -16,6 +16,8 @@ pub struct KvPagePool {
     free: Vec<u32>,
     /// Sequences holding each page; 0 = free or evictable.
     refs: Vec<u16>,
+    /// Pages with `refs > 1` (kept current: status is published every step).
+    shared: usize,
     cache: PrefixCache,
 }
 
@@ -25,6 +27,7 @@ impl KvPagePool {
         KvPagePool {
             free: (0..total as u32).rev().collect(),
             refs: vec![0; total],
+            shared: 0,
             cache: PrefixCache::new(total, page_tokens),
         }
     }
@@ -51,7 +54,7 @@ impl KvPagePool {
 
     /// Pages held by more than one sequence.
     pub fn shared(&self) -> usize {
-        self.refs.iter().filter(|&&r| r > 1).count()
+        self.shared
     }
 
     /// Take one free page (held once), else the least recently released cached one (which is
@@ -96,6 +99,9 @@ impl KvPagePool {
             self.cache.revive(page);
         }
         *r = r.saturating_add(1);
+        if *r == 2 {
+            self.shared += 1;
+        }
     }
 
     /// Drop one holder of `page`; a page nobody holds becomes free, or evictable if cached.
@@ -103,6 +109,9 @@ impl KvPagePool {
         let r = &mut self.refs[page as usize];
         debug_assert!(*r > 0, "releasing a free page");
         *r = r.saturating_sub(1);
+        if *r == 1 {
+            self.shared -= 1;
+        }
         if *r == 0 {
             if self.cache.is_registered(page) {
                 self.cache.release(page);

@@ -222,3 +222,61 @@ fn mixed_prefill_and_decode_steps_are_launched_ahead_exactly() {
     assert_eq!(got, want);
     assert!(ahead > 0, "no prefill chunk was launched ahead");
 }
+
+/// A client that stops reading must not hold the pool: its parked sample's pages go to
+/// another client's request that needs them, and when it drains it recomputes and goes on
+/// with exactly the tokens of an uninterrupted run (paged-KV model backend).
+#[test]
+fn a_paused_clients_pages_serve_others_and_it_resumes_exactly() {
+    let limits = nervad::backend::BackendLimits {
+        num_pages: 12,
+        ..scripted_limits()
+    };
+    let new_engine = || {
+        let mut backend = ScriptedBackend::new(limits, Vec::new());
+        backend.kv_model = true;
+        Engine::new(
+            scripted_model(),
+            Box::new(backend),
+            EngineOptions::default(),
+        )
+    };
+    let (a, b) = (key(1, 1), key(2, 1));
+    let req_a = || {
+        let mut r = request(a, Prompt::Tokens((0..6).map(|t| 80 + t).collect()), 30);
+        r.stop.ignore_eos = true;
+        r
+    };
+    let mut alone = new_engine();
+    let mut want = Recorder::default();
+    alone.submit(req_a()).unwrap();
+    run(&mut alone, &mut want);
+
+    let mut e = new_engine();
+    let mut rec = Recorder::default();
+    e.submit(req_a()).unwrap();
+    while rec.tokens(a, 0).len() < 20 {
+        e.step(&mut rec);
+    }
+    e.set_paused(a.client, true);
+    e.step(&mut rec);
+    let held_by_a = limits.num_pages - e.free_pages();
+    assert!(held_by_a >= 6, "a holds {held_by_a} pages");
+    // b needs 5 prompt pages and a decode page: more than are free while a holds its own.
+    let mut r = request(b, Prompt::Tokens((0..20).map(|t| 120 + t).collect()), 20);
+    r.stop.ignore_eos = true;
+    e.submit(r).unwrap();
+    let mut guard = 0;
+    while rec.done(b, 0).is_empty() {
+        e.step(&mut rec);
+        guard += 1;
+        assert!(guard < 500, "b never ran while a was paused");
+    }
+    assert_eq!(rec.tokens(b, 0).len(), 20);
+    assert!(e.preemptions() > 0, "a's pages were taken");
+    e.set_paused(a.client, false);
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(a, 0), want.tokens(a, 0));
+    assert_eq!(rec.done(a, 0), vec![FinishReason::Length]);
+    assert_eq!(e.free_pages(), limits.num_pages);
+}

@@ -308,7 +308,8 @@ pub struct EngineGauges {
     pub kv_pages_cached: std::sync::atomic::AtomicU64,
     /// KV pages taken from the prefix cache instead of being prefilled, since start.
     pub prefix_hit_pages: std::sync::atomic::AtomicU64,
-    /// Tokens served per client (prefill + decode), as the fair-share scheduler counts them.
+    /// Tokens served (prefill + decode, since it connected) per client with requests in
+    /// flight, as the fair-share scheduler counts them.
     /// The engine thread only `try_lock`s it (a reader holding it delays an update by a step,
     /// it never blocks the engine).
     pub client_tokens: std::sync::Mutex<Vec<ClientTokens>>,

@@ -128,12 +128,14 @@ impl FairShare {
         }
     }
 
-    /// Clients with tokens served, as (client, tokens served) (status displays).
+    /// Clients with requests in flight, as (client, tokens served since it connected)
+    /// (status displays; a client that left without work in flight is never announced, so
+    /// the in-flight count is what says it is still there).
     pub fn served(&self) -> impl Iterator<Item = (ClientId, u64)> + '_ {
         self.clients
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.known && c.served > 0)
+            .filter(|(_, c)| c.known && c.in_flight > 0)
             .map(|(i, c)| {
                 (
                     ClientId {
@@ -183,7 +185,11 @@ mod tests {
         assert_eq!(f.key(c), 30);
         f.finished(b);
         f.charge(c, 5);
-        assert_eq!(f.served().map(|(_, t)| t).sum::<u64>(), 135);
+        assert_eq!(
+            f.served().map(|(_, t)| t).sum::<u64>(),
+            105,
+            "a and c are active"
+        );
         // A reused slot is a new client.
         f.forget(a);
         let a2 = ClientId {

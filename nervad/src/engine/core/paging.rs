@@ -38,7 +38,11 @@ impl Engine {
     /// again, best rank first, while slots and pages allow; a preempted one recomputes its
     /// prefix. Returns false when one that could run still waits (nothing new is admitted past
     /// it). `backlog` is the prefill backlog of [`Engine::prefill_backlog`], kept current.
-    pub(super) fn resume_off_slot(&mut self, backlog: &mut usize, sink: &mut dyn EventSink) -> bool {
+    pub(super) fn resume_off_slot(
+        &mut self,
+        backlog: &mut usize,
+        sink: &mut dyn EventSink,
+    ) -> bool {
         let pt = self.limits.page_tokens;
         loop {
             let mut best: Option<(Rank, usize)> = None;
@@ -245,7 +249,12 @@ impl Engine {
 
     /// Make positions `from..to` of `slot` writable: copy pages others hold too
     /// (copy-on-write), append new pages. The caller made sure enough pages are free.
-    pub(super) fn prepare_write(&mut self, slot: u32, from: usize, to: usize) -> Result<(), RequestError> {
+    pub(super) fn prepare_write(
+        &mut self,
+        slot: u32,
+        from: usize,
+        to: usize,
+    ) -> Result<(), RequestError> {
         let pt = self.limits.page_tokens;
         let end = pages_for(to, pt);
         let seq = &mut self.seqs[slot as usize];

@@ -280,3 +280,58 @@ fn a_paused_clients_pages_serve_others_and_it_resumes_exactly() {
     assert_eq!(rec.done(a, 0), vec![FinishReason::Length]);
     assert_eq!(e.free_pages(), limits.num_pages);
 }
+
+/// The same for a prompt caught in mid-prefill by the pause (it keeps its slot, not being a
+/// decoding sample): its pages go to the other client's request, and it prefills again when
+/// the client drains, with the tokens of an uninterrupted run.
+#[test]
+fn a_paused_clients_half_prefilled_prompt_gives_its_pages_back() {
+    let limits = nervad::backend::BackendLimits {
+        num_pages: 12,
+        ..scripted_limits()
+    };
+    let new_engine = || {
+        let mut backend = ScriptedBackend::new(limits, Vec::new());
+        backend.kv_model = true;
+        Engine::new(
+            scripted_model(),
+            Box::new(backend),
+            EngineOptions::default(),
+        )
+    };
+    let (a, b) = (key(1, 1), key(2, 1));
+    let req = |k, base: u32, len: u32, max| {
+        let mut r = request(k, Prompt::Tokens((0..len).map(|t| base + t).collect()), max);
+        r.stop.ignore_eos = true;
+        r
+    };
+    let mut alone = new_engine();
+    let mut want = Recorder::default();
+    alone.submit(req(a, 60, 40, 4)).unwrap();
+    run(&mut alone, &mut want);
+
+    let mut e = new_engine();
+    let mut rec = Recorder::default();
+    e.submit(req(a, 60, 40, 4)).unwrap();
+    e.step(&mut rec);
+    assert_eq!(
+        limits.num_pages - e.free_pages(),
+        4,
+        "one 16-token chunk in"
+    );
+    e.set_paused(a.client, true);
+    // b's 36-token prompt needs 9 pages and a decode page; 8 are free.
+    e.submit(req(b, 150, 36, 6)).unwrap();
+    let mut guard = 0;
+    while rec.done(b, 0).is_empty() {
+        e.step(&mut rec);
+        guard += 1;
+        assert!(guard < 500, "b never ran while a was paused");
+    }
+    assert!(rec.tokens(a, 0).is_empty());
+    assert!(e.preemptions() > 0);
+    e.set_paused(a.client, false);
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(a, 0), want.tokens(a, 0));
+    assert_eq!(e.free_pages(), limits.num_pages);
+}

@@ -69,7 +69,8 @@ pub struct GenerateRequest {
     pub stop: StopConditions,
     /// Independent samples sharing the prompt (each with seed `seed + index`).
     pub n_samples: u16,
-    /// Higher runs first when the scheduler must choose.
+    /// Higher runs first among this client's requests (across clients the fair share of
+    /// tokens served decides first), and is preempted last when KV pages run out.
     pub priority: u8,
     /// When the server read the descriptor (for queue-time accounting).
     pub received_at: Instant,

@@ -16,12 +16,18 @@ impl Engine {
     }
 
     /// Pages that sequences in a slot still need to finish their prefill: admission leaves them
-    /// free, so an admitted prompt is not starved by the next admission.
+    /// free, so an admitted prompt is not starved by the next admission. A paused client's
+    /// prefill does not count (it is not running, and its pages may be reclaimed).
     pub(super) fn prefill_backlog(&self) -> usize {
         let pt = self.limits.page_tokens;
         self.seqs
             .iter()
             .filter(|s| s.active && s.prefilling())
+            .filter(|s| {
+                self.requests[s.request]
+                    .as_ref()
+                    .is_some_and(|r| !self.paused.contains(&r.key.client))
+            })
             .map(|s| pages_for(s.prefill_to, pt).saturating_sub(s.table.len()))
             .sum()
     }
@@ -103,8 +109,9 @@ impl Engine {
         }
     }
 
-    /// Make `pages` free if need be by dropping the pages of samples parked for a paused
-    /// client (a client that stops reading must not hold the pool); false if they cannot be.
+    /// Make `pages` free if need be by dropping the pages of a paused client's samples, parked
+    /// ones first, then prompts it had in prefill (a client that stops reading must not hold
+    /// the pool); false if they cannot be.
     pub(super) fn reclaim_paused(&mut self, pages: usize) -> bool {
         while self.pool.free() < pages {
             let paused = &self.paused;
@@ -115,11 +122,22 @@ impl Engine {
                         .as_ref()
                         .is_some_and(|r| paused.contains(&r.key.client))
             });
-            match found {
-                Some(seq) => {
-                    Self::drop_kv(&mut self.pool, seq);
-                    self.preemptions += 1;
-                }
+            if let Some(seq) = found {
+                Self::drop_kv(&mut self.pool, seq);
+                self.preemptions += 1;
+                continue;
+            }
+            // A paused client's prompt in mid-prefill keeps its slot (only decoding samples
+            // are parked) but makes no progress either.
+            let held = self.seqs.iter().position(|s| {
+                s.active
+                    && !s.table.is_empty()
+                    && requests[s.request]
+                        .as_ref()
+                        .is_some_and(|r| paused.contains(&r.key.client))
+            });
+            match held {
+                Some(slot) => self.preempt(slot as u32),
                 None => return false,
             }
         }

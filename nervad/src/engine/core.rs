@@ -443,7 +443,7 @@ impl Engine {
         self.backend.stats()
     }
 
-    /// KV pages free now.
+    /// KV pages no sequence holds now (free, or cached for their prefix and evictable).
     pub fn free_pages(&self) -> usize {
         self.pool.free()
     }

@@ -77,10 +77,11 @@ impl KvPagePool {
         self.cache.register(page, parent, tokens)
     }
 
-    /// Take `n` pages onto the end of `table`, or none if fewer than `n` are free.
-    /// `table` must have room (it is sized for a full-context sequence).
+    /// Take `n` pages onto the end of `table` (evicting cached ones if need be), or none if
+    /// fewer than `n` can be taken. `table` must have room (it is sized for a full-context
+    /// sequence).
     pub fn take(&mut self, n: usize, table: &mut Vec<u32>) -> bool {
-        if n > self.free.len() {
+        if n > self.free() {
             return false;
         }
         for _ in 0..n {
@@ -174,7 +175,8 @@ mod tests {
         assert!(pool.take(2, &mut b));
         assert!(!b.contains(&page));
         assert!(pool.lookup(ROOT, &[7, 8]).is_some());
-        assert_eq!(pool.alloc(), Some(page));
+        assert!(pool.take(1, &mut b), "a cached page can be taken");
+        assert_eq!(b[2], page);
         assert!(pool.lookup(ROOT, &[7, 8]).is_none());
         assert_eq!(pool.free(), 0);
     }

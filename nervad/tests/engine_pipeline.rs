@@ -335,3 +335,40 @@ fn a_paused_clients_half_prefilled_prompt_gives_its_pages_back() {
     assert_eq!(rec.tokens(a, 0), want.tokens(a, 0));
     assert_eq!(e.free_pages(), limits.num_pages);
 }
+
+/// A paused client's half-prefilled prompt does not stop other clients' steps from being
+/// launched ahead (it waits for its client, not for the device).
+#[test]
+fn a_paused_prefill_does_not_stop_launch_ahead_for_others() {
+    let mut backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'z'); 40]);
+    backend.overlap = true;
+    let ahead = backend.launched_ahead.clone();
+    let mut e = Engine::new(
+        scripted_model(),
+        Box::new(backend),
+        EngineOptions::default(),
+    );
+    let mut rec = Recorder::default();
+    let (a, b) = (key(1, 1), key(2, 1));
+    e.submit(request(b, Prompt::Tokens(vec![3, 4]), 30))
+        .unwrap();
+    // 60 tokens: four steps of prefill at a 16-token budget; one is in after the first step.
+    e.submit(request(a, Prompt::Tokens(vec![5; 60]), 4))
+        .unwrap();
+    e.step(&mut rec);
+    e.set_paused(a.client, true);
+    // Let the step in flight (which may carry a's chunk) retire, then count.
+    e.step(&mut rec);
+    e.step(&mut rec);
+    let before = ahead.load(std::sync::atomic::Ordering::Relaxed);
+    while rec.tokens(b, 0).len() < 20 {
+        e.step(&mut rec);
+    }
+    let launched = ahead.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert!(launched >= 10, "only {launched} steps launched ahead");
+    assert!(rec.tokens(a, 0).is_empty());
+    e.set_paused(a.client, false);
+    run(&mut e, &mut rec);
+    assert_eq!(rec.tokens(a, 0).len(), 4);
+    assert_eq!(rec.tokens(b, 0).len(), 30);
+}

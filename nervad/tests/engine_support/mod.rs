@@ -285,6 +285,8 @@ pub struct ScriptedBackend {
     /// Launches of a step with a prefill chunk while another step was in flight (a device
     /// running step t while the host launched step t+1).
     pub prefill_launched_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Launches of any step while another was in flight.
+    pub launched_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Token at each (page, offset) written so far; `u32::MAX` = never written.
     kv: Vec<u32>,
     /// Per slot: the token it sampled last (what `from_last_sample` feeds, as on a device).
@@ -305,6 +307,7 @@ impl ScriptedBackend {
             overlap: false,
             kv_model: false,
             prefill_launched_ahead: Default::default(),
+            launched_ahead: Default::default(),
             kv: vec![u32::MAX; limits.num_pages * limits.page_tokens],
             last_sample: vec![0; limits.max_seqs],
             seeds: vec![0; limits.max_seqs],
@@ -370,6 +373,10 @@ impl Backend for ScriptedBackend {
             return Err(BackendError::Limits(format!(
                 "{most} step(s) in flight at most"
             )));
+        }
+        if !self.pending.is_empty() {
+            self.launched_ahead
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         if !self.pending.is_empty()
             && batch

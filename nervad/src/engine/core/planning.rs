@@ -155,16 +155,18 @@ impl Engine {
             return;
         }
         let in_prev = |slot: usize| prev.iter().any(|e| e.slot as usize == slot);
+        // Work of a paused client waits for the client, not for this step.
+        let runnable = |s: &Sequence| {
+            self.requests[s.request]
+                .as_ref()
+                .is_some_and(|r| !self.paused.contains(&r.key.client))
+        };
         let waiting = self
             .seqs
             .iter()
             .enumerate()
-            .any(|(slot, s)| s.active && s.prefilling() && !in_prev(slot))
-            || self.parked.iter().any(|s| {
-                self.requests[s.request]
-                    .as_ref()
-                    .is_some_and(|r| !self.paused.contains(&r.key.client))
-            });
+            .any(|(slot, s)| s.active && s.prefilling() && !in_prev(slot) && runnable(s))
+            || self.parked.iter().any(runnable);
         if waiting {
             return;
         }

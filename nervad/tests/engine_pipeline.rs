@@ -372,3 +372,36 @@ fn a_paused_prefill_does_not_stop_launch_ahead_for_others() {
     assert_eq!(rec.tokens(a, 0).len(), 4);
     assert_eq!(rec.tokens(b, 0).len(), 30);
 }
+
+/// Under overload (every slot busy, requests queued behind them) steps are still launched
+/// ahead: the queue waits for a slot, not for the host; outputs stay those of the step-by-step
+/// engine.
+#[test]
+fn a_full_batch_with_a_queue_behind_it_keeps_launching_ahead() {
+    let script: Vec<u32> = (0..12).map(|i| u32::from(b'a') + i).collect();
+    let run_with = |overlap: bool| {
+        let mut backend = ScriptedBackend::new(scripted_limits(), script.clone());
+        backend.overlap = overlap;
+        let ahead = backend.launched_ahead.clone();
+        let mut e = Engine::new(
+            scripted_model(),
+            Box::new(backend),
+            EngineOptions::default(),
+        );
+        let mut rec = Recorder::default();
+        let keys: Vec<_> = (0..8).map(|i| key(i % 2, u64::from(i))).collect();
+        for (i, &k) in keys.iter().enumerate() {
+            e.submit(request(k, Prompt::Tokens(vec![i as u32 + 1; 3]), 12))
+                .unwrap();
+        }
+        run(&mut e, &mut rec);
+        let outs: Vec<_> = keys.iter().map(|&k| rec.tokens(k, 0)).collect();
+        (outs, ahead.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    let (want, _) = run_with(false);
+    assert!(want.iter().all(|t| t == &script));
+    let (got, ahead) = run_with(true);
+    assert_eq!(got, want);
+    // Two waves of 12 tokens: most of each wave's decode steps go ahead of their collect.
+    assert!(ahead >= 16, "only {ahead} steps launched ahead");
+}

@@ -141,13 +141,16 @@ impl Engine {
     /// (`from_last_sample`); each prefill chunk goes on with its next chunk (its tokens are on
     /// the host), and a prefill that ends in the step in flight decodes next (from its sampled
     /// token, or its last token after a recompute). Only when nothing else waits (no cancel,
-    /// no queued request, no prefill outside the step, no sample waiting for a slot, no paused
-    /// client, no fork due: a fork changes host state the next step needs), only for
+    /// no queued request that a free slot could take, no prefill outside the step, no sample
+    /// waiting for a slot, no paused client in the step, no fork due: a fork changes host
+    /// state the next step needs; a full batch with a queue behind it keeps launching ahead
+    /// until a slot frees), only for
     /// sequences that cannot finish by count in the step in flight (a sequence that stops on a
     /// token there costs this one discarded entry), and only when the pages the step needs are
     /// free (otherwise the next planned step preempts).
     pub(super) fn launch_speculative(&mut self, sink: &mut dyn EventSink) {
-        if !self.backend.overlaps() || !self.cancelled.is_empty() || !self.queue.is_empty() {
+        let could_admit = !self.queue.is_empty() && !self.free_slots.is_empty();
+        if !self.backend.overlaps() || !self.cancelled.is_empty() || could_admit {
             return;
         }
         let prev = &self.launched[self.launched_head];

@@ -403,5 +403,6 @@ fn a_full_batch_with_a_queue_behind_it_keeps_launching_ahead() {
     let (got, ahead) = run_with(true);
     assert_eq!(got, want);
     // Two waves of 12 tokens: most of each wave's decode steps go ahead of their collect.
+    println!("{ahead} steps launched ahead");
     assert!(ahead >= 16, "only {ahead} steps launched ahead");
 }

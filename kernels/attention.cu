@@ -2,235 +2,410 @@
 //
 // Split-KV with a fixed split size: the visible span of a query token is cut into tiles of
 // ATTN_TILE positions; block (t, kv head, z) takes tiles z, z + Z, z + 2Z, ... in order and keeps
-// an online softmax over them for every query head of its group; attn_combine merges the Z
-// partials of a head in order z = 0..Z-1. The reduction order of an output depends only on the
-// token's position (never on the batch or what else runs), so results are batch-invariant, and
-// Z blocks per kv head fill the SMs at batch 1. Prefill tokens use the same kernel (each token
-// sees its own causal span; tokens of the same step were appended by rope_append before).
+// an online softmax over them for every query head of its group; the Z partials of a head are
+// then merged in order z = 0..Z-1. The reduction order of an output depends only on the token's
+// position (never on the batch, the step's other tokens or which kernel runs it), so results are
+// batch-invariant, and Z blocks per kv head fill the SMs at batch 1.
+//
+// Two entry points share that arithmetic:
+//   attn_split + attn_combine – steps with prefill tokens: rope_append has already written the
+//     step's keys and values (a prefill token attends to the step's earlier tokens);
+//   attn_decode – steps of one token per sequence: each block rotates its group's queries
+//     itself, the block whose tiles cover the new position writes the new key and value to the
+//     pool (and reads them back), and the last block of a (token, kv head) to finish merges the
+//     partials. One kernel instead of three, and no round trips between them.
 #include "common.cuh"
 #include "kv.cuh"
+#include "rope.cuh"
 
-#define ATTN_THREADS 128
-#define ATTN_TILE 64
+#define ATTN_THREADS 256
+#define ATTN_WARPS (ATTN_THREADS / 32)
+#define ATTN_TILE 32
+// Threads per position in the score pass (each takes every eighth 16-byte chunk of the key).
+#define ATTN_PER_POS (ATTN_THREADS / ATTN_TILE)
 #define ATTN_MAX_GROUP 8
 #define ATTN_MAX_DIM 256
-#define ATTN_WARPS (ATTN_THREADS / 32)
-// Value rows each warp has in flight.
-#define ATTN_VLOADS 8
+// Value rows each warp has in flight: the whole tile in one pass.
+#define ATTN_VLOADS (ATTN_TILE / ATTN_WARPS)
 // Partials per head (must equal the host's ATTN_SPLITS).
 #define ATTN_SPLITS 16
-#define ATTN_MAX_EPL (ATTN_MAX_DIM / 32)
 
-// `epl` consecutive elements of a KV row (epl = head_dim / 32: 2, 4 or 8) with one load.
-template <typename KV>
-__device__ __forceinline__ void load_lane(const KV* p, int epl, float v[ATTN_MAX_EPL]) {
-    if (epl == 8) {
+// Shared memory of one block, for head dimensions up to MAXD.
+template <int MAXD>
+struct AttnShared {
+    float qs[ATTN_MAX_GROUP][MAXD];
+    float sc[ATTN_MAX_GROUP][ATTN_TILE];
+    float m_run[ATTN_MAX_GROUP], l_run[ATTN_MAX_GROUP], corr[ATTN_MAX_GROUP];
+    // The warps' value accumulators, merged in two levels (warps w and w + 4 into row w, then
+    // rows 0..3 in order).
+    float red[4][ATTN_MAX_GROUP * MAXD];
+    // Per head of the merge: the splits' weights and the normalizer.
+    float wz[ATTN_MAX_GROUP][ATTN_SPLITS];
+    float norm[ATTN_MAX_GROUP];
+};
+
+// `EPL` consecutive elements of a KV row with one load (EPL = 1, 2, 4 or 8).
+template <int EPL, typename KV>
+__device__ __forceinline__ void load_lane(const KV* p, float v[EPL]) {
+    if (EPL == 8) {
         widen8(*reinterpret_cast<const uint4*>(p), p, v);
-    } else if (epl == 4) {
+    } else if (EPL == 4) {
         const uint2 raw = *reinterpret_cast<const uint2*>(p);
         float w[8];
         widen8(make_uint4(raw.x, raw.y, 0, 0), p, w);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = w[e];
+        for (int e = 0; e < EPL; ++e) v[e] = w[e];
     } else {
-        for (int e = 0; e < epl; ++e) v[e] = widen(p[e]);
-    }
 #pragma unroll
-    for (int e = 0; e < ATTN_MAX_EPL; ++e)
-        if (e >= epl) v[e] = 0.f;
+        for (int e = 0; e < EPL; ++e) v[e] = widen(p[e]);
+    }
 }
 
-template <typename KV>
-__device__ __forceinline__ void attn_split_body(
-    StepMeta meta, const float* __restrict__ q, const KV* __restrict__ kv,
-    const int* __restrict__ tables, KvGeometry geo, int heads, int kv_heads, int head_dim,
-    int window, float scale, float* __restrict__ part_o, float* __restrict__ part_ml) {
-    __shared__ float qs[ATTN_MAX_GROUP][ATTN_MAX_DIM];
-    __shared__ float sc[ATTN_MAX_GROUP][ATTN_TILE];
-    __shared__ size_t vbase[ATTN_TILE];
-    __shared__ float m_run[ATTN_MAX_GROUP], l_run[ATTN_MAX_GROUP], corr[ATTN_MAX_GROUP];
-    __shared__ float red[ATTN_MAX_GROUP * ATTN_MAX_DIM];
-
-    const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
-    if (t >= meta.counts[0]) return;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int G = heads / kv_heads, D = head_dim;
-    const int pos = meta.position[t];
-    const int slot = meta.seq_slot[meta.token_seq[t]];
-    const int* table = tables + (size_t)slot * geo.max_pages;
-    const int first = window > 0 ? max(0, pos + 1 - window) : 0;
-    const int span = pos + 1 - first;
-
-    for (int i = tid; i < G * D; i += ATTN_THREADS)
-        qs[i / D][i % D] = q[(size_t)t * heads * D + (g * G + i / D) * D + i % D];
-    if (tid < G) {
-        m_run[tid] = -INFINITY;
-        l_run[tid] = 0.f;
-    }
+// Partial attention of token t's query heads g*G .. g*G+G-1 (in sh.qs) over split z of the span
+// [first, first + span), written to part_o / part_ml. DIM is the head dimension when known at
+// compile time (64, 128, 256), else 0 and `head_dim` (≤ 32 and a multiple of 8, or a multiple
+// of 32 up to 256) is used. `kv` is not __restrict__: attn_decode writes the new position's key
+// and value in the same kernel.
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM>& sh,
+                                             const KV* kv, const int* __restrict__ table,
+                                             KvGeometry geo, int t, int g, int z, int Z,
+                                             int heads, int G, int head_dim, int first, int span,
+                                             float scale, float* __restrict__ part_o,
+                                             float* __restrict__ part_ml) {
+    constexpr int MAXD = DIM ? DIM : ATTN_MAX_DIM;
     // Head dims per lane in the value pass (D <= 32: one per lane, lanes >= D idle).
-    const int epl = D >= 32 ? D / 32 : 1;
+    constexpr int MAX_EPL = MAXD >= 32 ? MAXD / 32 : 1;
+    // 16-byte key chunks per thread in the score pass.
+    constexpr int MAX_KCH = MAXD / 8 / ATTN_PER_POS > 0 ? MAXD / 8 / ATTN_PER_POS : 1;
+    const int D = DIM ? DIM : head_dim;
+    const int epl = DIM ? MAX_EPL : (D >= 32 ? D / 32 : 1);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (tid < G) {
+        sh.m_run[tid] = -INFINITY;
+        sh.l_run[tid] = 0.f;
+    }
     const bool lane_active = lane * epl < D;
-    float acc[ATTN_MAX_GROUP][ATTN_MAX_EPL];
+    float acc[ATTN_MAX_GROUP][MAX_EPL];
 #pragma unroll
     for (int a = 0; a < ATTN_MAX_GROUP; ++a)
 #pragma unroll
-        for (int e = 0; e < ATTN_MAX_EPL; ++e) acc[a][e] = 0.f;
+        for (int e = 0; e < MAX_EPL; ++e) acc[a][e] = 0.f;
+    const int p = tid / ATTN_PER_POS, q = tid % ATTN_PER_POS;
+    const int kch = D / 8;
     __syncthreads();
 
     for (int s = z; s * ATTN_TILE < span; s += Z) {
         const int base = first + s * ATTN_TILE;
         const int n = min(ATTN_TILE, span - s * ATTN_TILE);
-        // Scores: one position per thread, all heads of the group.
-        if (tid < n) {
-            const int j = base + tid;
-            const int page = table[j / geo.page_tokens];
-            const KV* krow = kv + kv_offset(geo, page, 0, j) + g * D;
-            vbase[tid] = kv_offset(geo, page, 1, j) + g * D;
-            float dot[ATTN_MAX_GROUP];
+        // Every load of the tile goes out before any arithmetic: the key chunks of this
+        // thread's position (eight adjacent threads per position) and the value rows of this
+        // warp's positions (warp + 8 u), both addressed through the block table.
+        uint4 raw[MAX_KCH];
+        const KV* krow = kv;
 #pragma unroll
-            for (int a = 0; a < ATTN_MAX_GROUP; ++a) dot[a] = 0.f;
-            // The row's loads go out in batches of 8 (16 bytes each) before the arithmetic.
-            for (int c0 = 0; c0 < D / 8; c0 += 8) {
-                uint4 raw[8];
+        for (int u = 0; u < MAX_KCH; ++u) raw[u] = make_uint4(0, 0, 0, 0);
+        if (p < n) {
+            const int j = base + p;
+            krow = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D;
 #pragma unroll
-                for (int u = 0; u < 8; ++u)
-                    raw[u] = c0 + u < D / 8 ? *reinterpret_cast<const uint4*>(krow + (c0 + u) * 8)
-                                            : make_uint4(0, 0, 0, 0);
+            for (int u = 0; u < MAX_KCH; ++u) {
+                const int c = q + u * ATTN_PER_POS;
+                if (c < kch) raw[u] = *reinterpret_cast<const uint4*>(krow + c * 8);
+            }
+        }
+        float v[ATTN_VLOADS][MAX_EPL];
 #pragma unroll
-                for (int u = 0; u < 8; ++u) {
-                    if (c0 + u >= D / 8) break;
-                    float k8[8];
-                    widen8(raw[u], krow, k8);
-#pragma unroll
-                    for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
-                        if (a >= G) break;
-#pragma unroll
-                        for (int e = 0; e < 8; ++e)
-                            dot[a] = fmaf(qs[a][(c0 + u) * 8 + e], k8[e], dot[a]);
-                    }
+        for (int u = 0; u < ATTN_VLOADS; ++u) {
+            const int i = warp + u * ATTN_WARPS;
+            if (i < n && lane_active) {
+                const int j = base + i;
+                const KV* vrow = kv + kv_offset(geo, table[j / geo.page_tokens], 1, j) + g * D;
+                if (DIM) {
+                    load_lane<MAX_EPL>(vrow + lane * MAX_EPL, v[u]);
+                } else {
+                    for (int e = 0; e < MAX_EPL; ++e) v[u][e] = e < epl ? widen(vrow[lane * epl + e]) : 0.f;
                 }
-            }
+            } else {
 #pragma unroll
-            for (int a = 0; a < ATTN_MAX_GROUP; ++a)
-                if (a < G) sc[a][tid] = dot[a] * scale;
-        }
-        __syncthreads();
-        // Online softmax per head: one warp per head.
-        for (int a = warp; a < G; a += ATTN_THREADS / 32) {
-            float mx = -INFINITY;
-            for (int i = lane; i < n; i += 32) mx = fmaxf(mx, sc[a][i]);
-            mx = warp_max(mx);
-            const float m_new = fmaxf(m_run[a], mx);
-            float sum = 0.f;
-            for (int i = lane; i < n; i += 32) {
-                const float p = expf(sc[a][i] - m_new);
-                sc[a][i] = p;
-                sum += p;
-            }
-            sum = warp_sum(sum);
-            if (lane == 0) {
-                const float c = m_run[a] == -INFINITY ? 0.f : expf(m_run[a] - m_new);
-                corr[a] = c;
-                l_run[a] = l_run[a] * c + sum;
-                m_run[a] = m_new;
+                for (int e = 0; e < MAX_EPL; ++e) v[u][e] = 0.f;
             }
         }
-        __syncthreads();
+        // Scores: all heads of the group.
+        float dot[ATTN_MAX_GROUP];
 #pragma unroll
-        for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
-            if (a >= G) break;
-            const float c = corr[a];
+        for (int a = 0; a < ATTN_MAX_GROUP; ++a) dot[a] = 0.f;
+        if (p < n) {
 #pragma unroll
-            for (int e = 0; e < ATTN_MAX_EPL; ++e) acc[a][e] *= c;
-        }
-        // Values: one warp per position (ATTN_VLOADS positions in flight per warp), lanes over the head
-        // dimension; every warp keeps its own accumulators, merged once at the end.
-        for (int i0 = warp; i0 < n; i0 += ATTN_VLOADS * ATTN_WARPS) {
-            float v[ATTN_VLOADS][ATTN_MAX_EPL];
-#pragma unroll
-            for (int u = 0; u < ATTN_VLOADS; ++u) {
-                const int i = i0 + u * ATTN_WARPS;
-                if (i < n && lane_active) load_lane(kv + vbase[i] + lane * epl, epl, v[u]);
-                else
-#pragma unroll
-                    for (int e = 0; e < ATTN_MAX_EPL; ++e) v[u][e] = 0.f;
-            }
-#pragma unroll
-            for (int u = 0; u < ATTN_VLOADS; ++u) {
-                const int i = i0 + u * ATTN_WARPS;
-                if (i >= n) break;
+            for (int u = 0; u < MAX_KCH; ++u) {
+                const int c = q + u * ATTN_PER_POS;
+                if (c >= kch) break;
+                float k8[8];
+                widen8(raw[u], krow, k8);
 #pragma unroll
                 for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
                     if (a >= G) break;
-                    const float p = sc[a][i];
 #pragma unroll
-                    for (int e = 0; e < ATTN_MAX_EPL; ++e) acc[a][e] = fmaf(p, v[u][e], acc[a][e]);
+                    for (int e = 0; e < 8; ++e) dot[a] = fmaf(sh.qs[a][c * 8 + e], k8[e], dot[a]);
                 }
+            }
+        }
+        // A fixed tree over the position's eight threads.
+#pragma unroll
+        for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
+            dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 1);
+            dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 2);
+            dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 4);
+        }
+        if (p < n && q == 0) {
+#pragma unroll
+            for (int a = 0; a < ATTN_MAX_GROUP; ++a)
+                if (a < G) sh.sc[a][p] = dot[a] * scale;
+        }
+        __syncthreads();
+        // Online softmax per head: one warp per head, one lane per position.
+        for (int a = warp; a < G; a += ATTN_WARPS) {
+            const float x = lane < n ? sh.sc[a][lane] : -INFINITY;
+            const float mx = warp_max(x);
+            const float m_new = fmaxf(sh.m_run[a], mx);
+            const float pr = lane < n ? expf(x - m_new) : 0.f;
+            if (lane < n) sh.sc[a][lane] = pr;
+            const float sum = warp_sum(pr);
+            if (lane == 0) {
+                const float c = sh.m_run[a] == -INFINITY ? 0.f : expf(sh.m_run[a] - m_new);
+                sh.corr[a] = c;
+                sh.l_run[a] = sh.l_run[a] * c + sum;
+                sh.m_run[a] = m_new;
+            }
+        }
+        __syncthreads();
+        // Values: every warp keeps its own accumulators, merged once at the end.
+#pragma unroll
+        for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
+            if (a >= G) break;
+            const float c = sh.corr[a];
+#pragma unroll
+            for (int e = 0; e < MAX_EPL; ++e) acc[a][e] *= c;
+        }
+#pragma unroll
+        for (int u = 0; u < ATTN_VLOADS; ++u) {
+            const int i = warp + u * ATTN_WARPS;
+            if (i >= n) break;
+#pragma unroll
+            for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
+                if (a >= G) break;
+                const float pr = sh.sc[a][i];
+#pragma unroll
+                for (int e = 0; e < MAX_EPL; ++e) acc[a][e] = fmaf(pr, v[u][e], acc[a][e]);
             }
         }
         __syncthreads();
     }
 
-    // Merge the warps' accumulators in warp order (a fixed order), then write the partial.
-    for (int w = 0; w < ATTN_WARPS; ++w) {
-        if (warp == w && lane_active) {
+    // Merge the warps' accumulators in a fixed order — (w0 + w4) + (w1 + w5) + (w2 + w6) +
+    // (w3 + w7) — then write the partial.
+    static_assert(ATTN_WARPS == 8, "the merge pairs warps w and w + 4");
+    for (int half = 0; half < 2; ++half) {
+        if ((warp >> 2) == half && lane_active) {
+            float* r = sh.red[warp & 3];
             for (int a = 0; a < G; ++a)
-                for (int e = 0; e < epl; ++e) {
-                    float* r = &red[a * D + lane * epl + e];
-                    *r = (w == 0 ? 0.f : *r) + acc[a][e];
-                }
+#pragma unroll
+                for (int e = 0; e < MAX_EPL; ++e)
+                    if (e < epl) {
+                        const int i = a * D + lane * epl + e;
+                        r[i] = half == 0 ? acc[a][e] : r[i] + acc[a][e];
+                    }
         }
         __syncthreads();
     }
-    for (int a = 0; a < G; ++a) {
-        const size_t p = ((size_t)t * heads + g * G + a) * Z + z;
-        for (int d = tid; d < D; d += ATTN_THREADS) part_o[p * D + d] = red[a * D + d];
-        if (tid == 0) {
-            part_ml[p * 2] = m_run[a];
-            part_ml[p * 2 + 1] = l_run[a];
-        }
+    for (int i = tid; i < G * D; i += ATTN_THREADS) {
+        const int a = i / D, d = i % D;
+        const size_t pi = ((size_t)t * heads + g * G + a) * Z + z;
+        part_o[pi * D + d] = ((sh.red[0][i] + sh.red[1][i]) + sh.red[2][i]) + sh.red[3][i];
+    }
+    if (tid < G) {
+        const size_t pi = ((size_t)t * heads + g * G + tid) * Z + z;
+        part_ml[pi * 2] = sh.m_run[tid];
+        part_ml[pi * 2 + 1] = sh.l_run[tid];
     }
 }
 
-#define ATTN_ENTRY(DT, KV)                                                                      \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_split_##DT(                 \
-        StepMeta meta, const float* q, const KV* kv, const int* tables, KvGeometry geo,         \
-        int heads, int kv_heads, int head_dim, int window, float scale, float* part_o,          \
-        float* part_ml) {                                                                       \
-        attn_split_body(meta, q, kv, tables, geo, heads, kv_heads, head_dim, window, scale,     \
-                        part_o, part_ml);                                                       \
-    }
-
-ATTN_ENTRY(bf16, __nv_bfloat16)
-ATTN_ENTRY(f16, __half)
-
-// out[t, h*D + d] = sum_z e^(m_z - M) o_z[d] / sum_z e^(m_z - M) l_z, z in order.
-extern "C" __global__ void attn_combine(StepMeta meta, const float* __restrict__ part_o,
-                                        const float* __restrict__ part_ml, int heads,
-                                        int head_dim, int splits, float* __restrict__ out) {
-    const int t = blockIdx.x, h = blockIdx.y;
-    if (t >= meta.counts[0]) return;
-    const size_t p0 = ((size_t)t * heads + h) * ATTN_SPLITS;
-    float m[ATTN_SPLITS], l[ATTN_SPLITS];
+// out[h][d] = sum_z e^(m_z - M) o_z[d] / sum_z e^(m_z - M) l_z for heads h0 .. h0 + G - 1
+// (partials p0(h) .. p0(h) + Z - 1, z in order), by the whole block: the heads' weights first
+// (one round trip), then every output element with all its split values loaded at once.
+// Partials are read past L1 (__ldcg): in attn_decode other blocks wrote them during this kernel.
+template <int MAXD>
+__device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float* part_o,
+                                              const float* part_ml, size_t t, int heads, int h0,
+                                              int G, int head_dim, float* __restrict__ out) {
+    const int tid = threadIdx.x;
+    if (tid < G) {
+        const size_t p0 = ((size_t)t * heads + h0 + tid) * ATTN_SPLITS;
+        float m[ATTN_SPLITS], l[ATTN_SPLITS];
 #pragma unroll
-    for (int z = 0; z < ATTN_SPLITS; ++z) {
-        m[z] = part_ml[(p0 + z) * 2];
-        l[z] = part_ml[(p0 + z) * 2 + 1];
-    }
-    float M = -INFINITY;
+        for (int z = 0; z < ATTN_SPLITS; ++z) {
+            m[z] = __ldcg(part_ml + (p0 + z) * 2);
+            l[z] = __ldcg(part_ml + (p0 + z) * 2 + 1);
+        }
+        float M = -INFINITY;
 #pragma unroll
-    for (int z = 0; z < ATTN_SPLITS; ++z) M = fmaxf(M, m[z]);
-    float L = 0.f, wz[ATTN_SPLITS];
+        for (int z = 0; z < ATTN_SPLITS; ++z) M = fmaxf(M, m[z]);
+        float L = 0.f;
 #pragma unroll
-    for (int z = 0; z < ATTN_SPLITS; ++z) {
-        wz[z] = m[z] == -INFINITY ? 0.f : expf(m[z] - M);
-        L += l[z] * wz[z];
+        for (int z = 0; z < ATTN_SPLITS; ++z) {
+            const float w = m[z] == -INFINITY ? 0.f : expf(m[z] - M);
+            sh.wz[tid][z] = w;
+            L += l[z] * w;
+        }
+        sh.norm[tid] = L;
     }
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    __syncthreads();
+    for (int i = tid; i < G * head_dim; i += blockDim.x) {
+        const int a = i / head_dim, d = i % head_dim;
+        const size_t p0 = ((size_t)t * heads + h0 + a) * ATTN_SPLITS;
+        // An empty split wrote zeros: every value is loaded, the sum skips zero weights.
+        float oz[ATTN_SPLITS];
+#pragma unroll
+        for (int z = 0; z < ATTN_SPLITS; ++z) oz[z] = __ldcg(part_o + (p0 + z) * head_dim + d);
         float o = 0.f;
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z)
-            if (wz[z] != 0.f) o += part_o[(p0 + z) * head_dim + d] * wz[z];
-        out[(size_t)t * heads * head_dim + h * head_dim + d] = o / L;
+            if (sh.wz[a][z] != 0.f) o += oz[z] * sh.wz[a][z];
+        out[(size_t)a * head_dim + d] = o / sh.norm[a];
     }
 }
+
+// Where token t's attention looks: its block-table row and visible span.
+struct TokenSpan {
+    int pos, first, span;
+    const int* table;
+};
+
+__device__ __forceinline__ TokenSpan token_span(StepMeta meta, const int* tables,
+                                                KvGeometry geo, int t, int window) {
+    TokenSpan s;
+    s.pos = meta.position[t];
+    s.table = tables + (size_t)meta.token_slot[t] * geo.max_pages;
+    s.first = window > 0 ? max(0, s.pos + 1 - window) : 0;
+    s.span = s.pos + 1 - s.first;
+    return s;
+}
+
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_split_body(
+    StepMeta meta, const float* __restrict__ q, const KV* kv, const int* __restrict__ tables,
+    KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
+    float* __restrict__ part_o, float* __restrict__ part_ml) {
+    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z;
+    if (t >= meta.counts[0]) return;
+    const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
+    const TokenSpan s = token_span(meta, tables, geo, t, window);
+    for (int i = threadIdx.x; i < G * D; i += ATTN_THREADS)
+        sh.qs[i / D][i % D] = q[(size_t)t * heads * D + (g * G + i / D) * D + i % D];
+    attn_partial<KV, DIM>(sh, kv, s.table, geo, t, g, z, gridDim.z, heads, G, D, s.first,
+                          s.span, scale, part_o, part_ml);
+}
+
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_decode_body(
+    StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
+    KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
+    const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
+    const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
+    float* part_ml, int* __restrict__ done, float* __restrict__ out) {
+    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    __shared__ int last;
+    const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+    // The step's metadata is read before the padding check so the loads go out together
+    // (padding entries hold valid indices).
+    const int tokens = meta.counts[0];
+    const TokenSpan s = token_span(meta, tables, geo, t, window);
+    if (t >= tokens) return;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
+    const int q_dim = heads * D, kv_dim = kv_heads * D;
+    const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
+    const float* cs = cos_t + (size_t)s.pos * (D / 2);
+    const float* sn = sin_t + (size_t)s.pos * (D / 2);
+    // The group's queries, one warp per head, exactly as rope_append computes them.
+    for (int a = warp; a < G; a += ATTN_WARPS)
+        rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
+    // The new key and value: written by the block whose tiles cover the new position, the only
+    // block that reads it (attn_partial's first barrier orders the writes before its reads).
+    if (((s.pos - s.first) / ATTN_TILE) % Z == z) {
+        const int page = s.table[s.pos / geo.page_tokens];
+        // Warps past the query heads take the key and the value where there are such warps.
+        const int kw = G < ATTN_WARPS ? G : 0, vw = G + 1 < ATTN_WARPS ? G + 1 : 1;
+        if (warp == kw)
+            rope_head<KV>(row + q_dim + g * D, k_norm, eps, cs, sn, D, lane, nullptr,
+                          kv + kv_offset(geo, page, 0, s.pos) + g * D);
+        else if (warp == vw)
+            copy_head<KV>(row + q_dim + kv_dim + g * D, D, lane,
+                          kv + kv_offset(geo, page, 1, s.pos) + g * D);
+    }
+    attn_partial<KV, DIM>(sh, kv, s.table, geo, t, g, z, Z, heads, G, D, s.first, s.span,
+                          scale, part_o, part_ml);
+    // The last of the Z blocks of (t, g) to finish merges the partials. The barrier gathers the
+    // block's partial writes; thread 0's fence (cumulative over them) publishes them before it
+    // counts the block done, and the last block's fence after the count orders its reads.
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        last = atomicAdd(&done[t * kv_heads + g], 1) == Z - 1;
+        if (last) __threadfence();
+    }
+    __syncthreads();
+    if (!last) return;
+    combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D);
+    // Ready for the next step (and the next layer) that uses this counter.
+    if (tid == 0) done[t * kv_heads + g] = 0;
+}
+
+// The split path's merge: one block per (token, kv head), the same arithmetic as attn_decode's.
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __restrict__ part_o,
+                                                  const float* __restrict__ part_ml, int heads,
+                                                  int kv_heads, int head_dim,
+                                                  float* __restrict__ out) {
+    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    const int t = blockIdx.x, g = blockIdx.y;
+    if (t >= meta.counts[0]) return;
+    const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
+    combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D,
+                  out + (size_t)t * heads * D + g * G * D);
+}
+
+#define ATTN_ENTRY(DT, KV, DIM, SUFFIX)                                                         \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_split_##DT##SUFFIX(         \
+        StepMeta meta, const float* q, const KV* kv, const int* tables, KvGeometry geo,         \
+        int heads, int kv_heads, int head_dim, int window, float scale, float* part_o,          \
+        float* part_ml) {                                                                       \
+        attn_split_body<KV, DIM>(meta, q, kv, tables, geo, heads, kv_heads, head_dim, window,   \
+                                 scale, part_o, part_ml);                                       \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_combine_##DT##SUFFIX(       \
+        StepMeta meta, const float* part_o, const float* part_ml, int heads, int kv_heads,      \
+        int head_dim, float* out) {                                                             \
+        attn_combine_body<KV, DIM>(meta, part_o, part_ml, heads, kv_heads, head_dim, out);      \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_##DT##SUFFIX(        \
+        StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
+        int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
+        const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* part_o,  \
+        float* part_ml, int* done, float* out) {                                                \
+        attn_decode_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim,        \
+                                  window, scale, q_norm, k_norm, eps, cos_t, sin_t, part_o,     \
+                                  part_ml, done, out);                                          \
+    }
+
+// Head dimensions compiled as constants (every loop unrolled, registers sized exactly), and a
+// general version for the others.
+#define ATTN_DTYPE(DT, KV)             \
+    ATTN_ENTRY(DT, KV, 64, _d64)       \
+    ATTN_ENTRY(DT, KV, 128, _d128)     \
+    ATTN_ENTRY(DT, KV, 256, _d256)     \
+    ATTN_ENTRY(DT, KV, 0, )
+
+ATTN_DTYPE(bf16, __nv_bfloat16)
+ATTN_DTYPE(f16, __half)

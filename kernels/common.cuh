@@ -103,4 +103,5 @@ struct StepMeta {
     const int* lrow_token; // [logit rows] token whose final hidden state the row projects
     const int* lrow_seq;   // [logit rows] batch index of the row's sequence
     const int* lrow_sample;  // [logit rows] 1 when the row is sampled
+    const int* token_slot;   // [tokens] seq_slot[token_seq[t]], one load instead of two
 };

@@ -7,9 +7,11 @@
 // Prologues fuse what would otherwise be a kernel and a round trip through memory:
 //   RMS  – RMSNorm of the input row (the layer's input_layernorm / post_attention_layernorm /
 //          final norm) computed in the block and applied on the fly;
-//   SILU – silu(gate) * up from the fused gate|up output;
 //   PLAIN – the input as is.
-// Epilogue ADD accumulates into y (the residual stream): o_proj and down_proj write x += ...
+// Epilogues: STORE writes y; ADD accumulates into y (the residual stream: o_proj and down_proj
+// write x += ...); GLU takes the gate|up matrix with its rows interleaved in pairs (block b
+// holds gate rows 2b, 2b+1 then up rows 2b, 2b+1) and writes silu(gate) * up, so the MLP's
+// activation is computed once per step instead of once per down_proj block.
 //
 // Batch invariance: each output element is reduced in one fixed order (per-thread k order, then
 // a fixed shuffle tree, then warps 0..3) whatever the number of tokens or the tile width.
@@ -20,11 +22,12 @@
 #define GEMV_WARPS (GEMV_THREADS / 32)
 #define GEMV_ROWS 4
 
-enum { IN_RMS = 0, IN_PLAIN = 1, IN_SILU = 2 };
+enum { IN_RMS = 0, IN_PLAIN = 1 };
+enum { EPI_STORE = 0, EPI_ADD = 1, EPI_GLU = 2 };
 
 template <int TT, int IN>
 __device__ __forceinline__ void load_inputs(const float* __restrict__ x, int x_stride,
-                                            const int* rows, int t0, int T, int K, int c,
+                                            const int* rows, int t0, int T, int c,
                                             const float* __restrict__ norm_w, const float* inv,
                                             float xv[TT][8]) {
 #pragma unroll
@@ -44,12 +47,6 @@ __device__ __forceinline__ void load_inputs(const float* __restrict__ x, int x_s
             const float n[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
 #pragma unroll
             for (int i = 0; i < 8; ++i) v[i] = n[i] * (v[i] * inv[t]);
-        } else if (IN == IN_SILU) {
-            const float4 ua = *reinterpret_cast<const float4*>(row + K + c * 8);
-            const float4 ub = *reinterpret_cast<const float4*>(row + K + c * 8 + 4);
-            const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
-#pragma unroll
-            for (int i = 0; i < 8; ++i) v[i] = silu(v[i]) * u[i];
         }
 #pragma unroll
         for (int i = 0; i < 8; ++i) xv[t][i] = v[i];
@@ -68,7 +65,7 @@ __device__ __forceinline__ void load_rows(const W* __restrict__ w, int row0, int
     }
 }
 
-template <typename W, int TT, int IN, bool ADD>
+template <typename W, int TT, int IN, int EPI>
 __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* __restrict__ bias,
                                           const float* __restrict__ x, int x_stride,
                                           const int* __restrict__ x_rows,
@@ -135,7 +132,7 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
             uint4 next[GEMV_ROWS];
             load_rows<W>(w, row0, R, K, c + GEMV_THREADS, chunks, next);
             float xv[TT][8];
-            load_inputs<TT, IN>(x, x_stride, rows, t0, T, K, c, norm_w, inv, xv);
+            load_inputs<TT, IN>(x, x_stride, rows, t0, T, c, norm_w, inv, xv);
 #pragma unroll
             for (int r = 0; r < GEMV_ROWS; ++r) {
                 float wf[8];
@@ -157,7 +154,24 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
                 if (lane == 0) red[warp][r * TT + t] = s;
             }
         __syncthreads();
-        if (tid < GEMV_ROWS * TT) {
+        if (EPI == EPI_GLU) {
+            // Output j of this block pairs gate row row0 + j with up row row0 + 2 + j.
+            if (tid < 2 * TT) {
+                const int j = tid / TT, t = tid % TT;
+                if (row0 + 2 + j < R && t0 + t < T) {
+                    float g = 0.f, u = 0.f;
+#pragma unroll
+                    for (int wi = 0; wi < GEMV_WARPS; ++wi) g += red[wi][j * TT + t];
+#pragma unroll
+                    for (int wi = 0; wi < GEMV_WARPS; ++wi) u += red[wi][(j + 2) * TT + t];
+                    if (bias) {
+                        g += bias[row0 + j];
+                        u += bias[row0 + 2 + j];
+                    }
+                    y[(size_t)(t0 + t) * y_stride + blockIdx.x * 2 + j] = silu(g) * u;
+                }
+            }
+        } else if (tid < GEMV_ROWS * TT) {
             const int r = tid / TT, t = tid % TT;
             const int row = row0 + r;
             if (row < R && t0 + t < T) {
@@ -166,32 +180,32 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
                 for (int wi = 0; wi < GEMV_WARPS; ++wi) s += red[wi][tid];
                 if (bias) s += bias[row];
                 float* out = y + (size_t)(t0 + t) * y_stride + row;
-                if (ADD) *out += s; else *out = s;
+                if (EPI == EPI_ADD) *out += s; else *out = s;
             }
         }
     }
 }
 
-#define GEMV_ENTRY(NAME, W, TT, IN, ADD)                                                       \
+#define GEMV_ENTRY(NAME, W, TT, IN, EPI)                                                       \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                 \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                          \
              const float* __restrict__ x, int x_stride, const int* __restrict__ x_rows,        \
              const float* __restrict__ norm_w, float eps, int K, int R, int T,                  \
              float* __restrict__ y, int y_stride) {                                            \
-        gemv_body<W, TT, IN, ADD>(w, bias, x, x_stride, x_rows, norm_w, eps, K, R, T, y,        \
+        gemv_body<W, TT, IN, EPI>(w, bias, x, x_stride, x_rows, norm_w, eps, K, R, T, y,        \
                                   y_stride);                                                   \
     }
 
-#define GEMV_TILES(MODE, IN, ADD, DT, W)                 \
-    GEMV_ENTRY(gemv_##MODE##_##DT##_t1, W, 1, IN, ADD)   \
-    GEMV_ENTRY(gemv_##MODE##_##DT##_t2, W, 2, IN, ADD)   \
-    GEMV_ENTRY(gemv_##MODE##_##DT##_t4, W, 4, IN, ADD)   \
-    GEMV_ENTRY(gemv_##MODE##_##DT##_t8, W, 8, IN, ADD)
+#define GEMV_TILES(MODE, IN, EPI, DT, W)                 \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t1, W, 1, IN, EPI)   \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t2, W, 2, IN, EPI)   \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t4, W, 4, IN, EPI)   \
+    GEMV_ENTRY(gemv_##MODE##_##DT##_t8, W, 8, IN, EPI)
 
-#define GEMV_DTYPE(DT, W)                      \
-    GEMV_TILES(rms, IN_RMS, false, DT, W)      \
-    GEMV_TILES(plain_add, IN_PLAIN, true, DT, W) \
-    GEMV_TILES(silu_add, IN_SILU, true, DT, W)
+#define GEMV_DTYPE(DT, W)                             \
+    GEMV_TILES(rms, IN_RMS, EPI_STORE, DT, W)         \
+    GEMV_TILES(plain_add, IN_PLAIN, EPI_ADD, DT, W)   \
+    GEMV_TILES(glu, IN_RMS, EPI_GLU, DT, W)
 
 GEMV_DTYPE(bf16, __nv_bfloat16)
 GEMV_DTYPE(f16, __half)

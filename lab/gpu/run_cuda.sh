@@ -3,9 +3,9 @@
 # parity against the CPU reference and transformers, the decode benchmark against the read
 # bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
 #
-#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [parity-tiny] [parity-big] [bench-small] [bench-8b] [peer]
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [tests] [client] [peer]
 #
-# BIN_DIR holds nervad, nervactl and gpu_decode built on the development machine.
+# BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels and cuda_backend built on the development machine.
 set -u
 B=$(realpath "${1:-.gpu}"); O=${2:-/tmp/nerva-gpu-out}; shift 2 || true
 steps="${*:-parity-tiny bench-small parity-big bench-8b peer}"
@@ -20,6 +20,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$O/g
 has() { [[ " $steps " == *" $1 "* ]]; }
 model() { [ -f "$M/$1/config.json" ] || "$B/nervad" make-model --preset "$1" --out "$M/$1" --seed 1234 >/dev/null; }
 
+if has kernels; then
+  # The projections alone (ours, the previous design, cuBLAS) against the read bandwidth.
+  timeout 300 "$B/gpu_kernels" 2>&1 | tee "$O/kernels.log"
+fi
 if has parity-tiny; then
   timeout 300 python3 tests/parity/parity.py --nervad "$B/nervad" --backend cuda --device cuda \
     --presets tiny,tiny-llama,tiny-qwen2,tiny-mistral --workdir /tmp/parity-tiny 2>&1 | tee "$O/parity_tiny.log"

@@ -196,6 +196,8 @@ pub struct Client {
     gone: bool,
     daemon_pid: u32,
     slot: u32,
+    /// The slot's generation (see [`Client::generation`]).
+    generation: u32,
     page_bytes: u64,
     epoch: Instant,
     // The rings' halves are already !Sync; this states the contract explicitly.
@@ -266,6 +268,7 @@ impl Client {
             gone: false,
             daemon_pid: conn.welcome.daemon_pid,
             slot: conn.welcome.client_slot,
+            generation: conn.welcome.client_generation,
             page_bytes: conn.welcome.page_bytes,
             epoch: Instant::now(),
             _not_sync: PhantomData,
@@ -285,6 +288,13 @@ impl Client {
     /// This client's slot in the daemon (as `nervactl clients` shows it).
     pub fn slot(&self) -> u32 {
         self.slot
+    }
+
+    /// How many times the daemon has handed out this client's slot: with [`Client::slot`], it
+    /// names this connection among all the daemon has served (the token ledger's
+    /// `client_slot` and `client_generation`).
+    pub fn generation(&self) -> u32 {
+        self.generation
     }
 
     /// Page size backing the shared segment.
@@ -585,6 +595,14 @@ impl Client {
     /// Throughput and latency percentiles as JSON.
     pub fn stats(&mut self) -> Result<String> {
         self.admin(AdminQuery::Stats)
+    }
+
+    /// The token ledger of recent samples as JSON: each sample's sums and its per-token records
+    /// (wall latency, observation lag, device time, launches, syncs by class, copies,
+    /// allocations). The daemon leaves out the oldest samples when the whole does not fit this
+    /// client's output region (`omitted_samples` counts them).
+    pub fn ledger(&mut self) -> Result<String> {
+        self.admin(AdminQuery::Ledger)
     }
 
     /// Ask the daemon to drain and exit (subject to its access policy). Returns its

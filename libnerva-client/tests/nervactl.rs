@@ -123,6 +123,111 @@ fn json(out: &Output) -> serde_json::Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"))
 }
 
+/// A table's cells as (first char, char after the last) spans, split on runs of 2+ spaces.
+fn spans(line: &str) -> Vec<(usize, usize, String)> {
+    let chars: Vec<char> = line.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] == ' ' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && !(chars[i] == ' ' && chars.get(i + 1) == Some(&' ')) {
+            i += 1;
+        }
+        let mut end = i;
+        while end > start && chars[end - 1] == ' ' {
+            end -= 1;
+        }
+        out.push((start, end, chars[start..end].iter().collect()));
+    }
+    out
+}
+
+/// The tables of a command's output (blocks separated by blank lines; lines in parentheses
+/// are notes), each as rows of cells, after checking that every column is aligned: all its
+/// cells start at one column (text) or end at one column (numbers).
+fn tables(stdout: &str) -> Vec<Vec<Vec<String>>> {
+    let mut out = Vec::new();
+    for block in stdout.split("\n\n") {
+        let lines: Vec<&str> = block
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('('))
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let rows: Vec<Vec<(usize, usize, String)>> = lines.iter().map(|l| spans(l)).collect();
+        let width = rows[0].len();
+        for (line, row) in lines.iter().zip(&rows) {
+            assert_eq!(row.len(), width, "ragged row {line:?} in\n{block}");
+        }
+        for c in 0..width {
+            let starts = rows.iter().all(|r| r[c].0 == rows[0][c].0);
+            let ends = rows.iter().all(|r| r[c].1 == rows[0][c].1);
+            assert!(starts || ends, "column {c} not aligned in\n{block}");
+        }
+        out.push(
+            rows.into_iter()
+                .map(|r| r.into_iter().map(|(_, _, s)| s).collect())
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Every key of every object in `v`, recursively.
+fn keys(v: &serde_json::Value, into: &mut std::collections::HashSet<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, child) in m {
+                into.insert(k.clone());
+                keys(child, into);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| keys(x, into)),
+        _ => {}
+    }
+}
+
+/// The tables of `stdout` use `json`'s names: a `FIELD VALUE` table's fields are JSON paths,
+/// any other header is a JSON key (upper-cased, `_` as space, the unit suffix dropped or
+/// written in parentheses).
+fn check_names(stdout: &str, json: &serde_json::Value) {
+    let mut known = std::collections::HashSet::new();
+    keys(json, &mut known);
+    for table in tables(stdout) {
+        if table[0] == ["FIELD", "VALUE"] {
+            for row in &table[1..] {
+                let pointer = format!("/{}", row[0].replace('.', "/"));
+                assert!(
+                    json.pointer(&pointer).is_some(),
+                    "field {} not in the JSON",
+                    row[0]
+                );
+            }
+            continue;
+        }
+        for header in &table[0] {
+            let stem = header
+                .split(" (")
+                .next()
+                .unwrap_or(header)
+                .to_lowercase()
+                .replace(' ', "_");
+            let found = known.iter().any(|k| {
+                k == &stem
+                    || k.strip_prefix(&stem).is_some_and(|unit| {
+                        ["_bytes", "_ns", "_us", "_ms", "_s", "_per_s"].contains(&unit)
+                    })
+            });
+            assert!(found, "column {header} names no JSON key ({stem})");
+        }
+    }
+}
+
 #[test]
 fn every_documented_command_against_a_live_daemon() {
     let mut daemon = Daemon::start();
@@ -132,15 +237,26 @@ fn every_documented_command_against_a_live_daemon() {
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stderr}");
     for row in [
-        "dtype",
-        "max batch (seqs)",
-        "max context (tokens)",
-        "vocab size",
+        "model.dtype",
+        "model.max_batch",
+        "model.max_context",
+        "model.vocab_size",
+        "model.weight_bytes",
+        "kv.pages_free",
     ] {
         assert!(stdout.contains(row), "status lacks {row:?}:\n{stdout}");
     }
     let status = json(&daemon.ctl(&["--json", "status"]));
     assert_eq!(status["model"]["max_batch"], 4);
+    check_names(&stdout, &status);
+    // Sizes are human-scaled in the table, exact in the JSON.
+    let weights = tables(&stdout)[0]
+        .iter()
+        .find(|r| r[0] == "model.weight_bytes")
+        .map(|r| r[1].clone())
+        .expect("weights row");
+    assert!(weights.ends_with("iB"), "{weights}");
+    assert!(status["model"]["weight_bytes"].as_u64() > Some(0));
 
     // generate: text to stdout, labelled summary to stderr; prompts from stdin and @file.
     let out = daemon.ctl(&["generate", "Hello", "--max-tokens", "6", "--ignore-eos"]);
@@ -190,6 +306,47 @@ fn every_documented_command_against_a_live_daemon() {
     assert!(stdout.contains("log-probabilities"), "{stdout}");
     // Without --logprobs, JSON carries none.
     assert!(direct["samples"][0].get("logprobs").is_none());
+
+    // --ledger: the request's own token ledger after the text, one record per token.
+    let led = json(&daemon.ctl(&[
+        "--json",
+        "generate",
+        "Hi",
+        "--max-tokens",
+        "5",
+        "--ignore-eos",
+        "--n-samples",
+        "2",
+        "--temperature",
+        "0.7",
+        "--ledger",
+    ]));
+    let samples = led["ledger"].as_array().expect("ledger array");
+    assert_eq!(samples.len(), 2, "{led}");
+    for s in samples {
+        assert_eq!(s["tokens"], 5, "{s}");
+        assert_eq!(s["records"].as_array().map(Vec::len), Some(5), "{s}");
+    }
+    assert!(direct.get("ledger").is_none(), "only when asked");
+    let out = daemon.ctl(&[
+        "generate",
+        "Hi",
+        "--max-tokens",
+        "3",
+        "--ignore-eos",
+        "--ledger",
+    ]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[ledger, sample 0: 3 tokens | wall: "),
+        "{stderr}"
+    );
+    let table = stdout
+        .split_once("--- sample 0: token ledger ---\n")
+        .map(|(_, t)| t)
+        .expect("ledger table");
+    assert_eq!(tables(table)[0].len(), 4, "header and 3 tokens: {table}");
 
     // Errors: bad input is refused with the daemon's numbers, as JSON under --json.
     let out = daemon.ctl(&["--json", "generate", "Hi", "--n-samples", "5"]);
@@ -249,6 +406,59 @@ fn every_documented_command_against_a_live_daemon() {
     }
     let out = daemon.ctl(&["stats"]);
     assert!(out.status.success());
+    let stats = json(&daemon.ctl(&["--json", "stats"]));
+    check_names(&text(&out).0, &stats);
+
+    // The token ledger: per-token summary and recent samples' sums in stats, one record per
+    // token in the dump, sums equal to the records.
+    let ledger = &stats["engine"]["token_ledger"];
+    assert!(ledger["tokens"].as_u64() >= Some(6), "{ledger}");
+    for k in ["p50_ns", "p99_ns", "max_ns"] {
+        assert!(ledger["wall"][k].as_u64() > Some(0), "{ledger}");
+        assert!(ledger["lag"][k].is_u64(), "{ledger}");
+    }
+    assert!(ledger["per_token_mean"]["host_ns"].as_f64() > Some(0.0));
+    let recent = stats["engine"]["recent_samples"]
+        .as_array()
+        .expect("recent samples");
+    let six = recent
+        .iter()
+        .find(|s| s["generated_tokens"] == 6 && s["finish"] == "length")
+        .expect("the 6-token generation among the recent samples");
+    assert_eq!(six["tokens"], 6, "{six}");
+    let dump_file = daemon.dir.join("ledger.json");
+    let out = daemon.ctl(&["ledger", "--out", dump_file.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let dump: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&dump_file).expect("dump written"))
+            .expect("dump is JSON");
+    let samples = dump["samples"].as_array().expect("samples");
+    assert_eq!(
+        samples.len(),
+        recent.len(),
+        "the dump holds the recent samples"
+    );
+    for s in samples {
+        let records = s["records"].as_array().expect("records");
+        assert_eq!(Some(records.len() as u64), s["tokens"].as_u64(), "{s}");
+        let wall: u64 = records.iter().filter_map(|r| r["wall_ns"].as_u64()).sum();
+        assert_eq!(Some(wall), s["wall_ns"].as_u64(), "wall time adds up: {s}");
+        let last_at = records
+            .last()
+            .and_then(|r| r["at_ns"].as_u64())
+            .unwrap_or(0);
+        assert_eq!(wall, last_at, "arrival to last token");
+    }
+    let out = daemon.ctl(&["ledger", "--samples", "1"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    check_names(&stdout, &dump);
+    let last = samples.last().expect("a sample");
+    assert_eq!(
+        tables(&stdout)[0].len() as u64 - 1,
+        last["tokens"].as_u64().unwrap_or(0),
+        "one row per token of the last sample"
+    );
 
     // clients: our own connection is hidden unless --all.
     let rows = json(&daemon.ctl(&["--json", "clients"]));
@@ -256,12 +466,26 @@ fn every_documented_command_against_a_live_daemon() {
     let rows = json(&daemon.ctl(&["--json", "clients", "--all"]));
     assert_eq!(rows.as_array().map(Vec::len), Some(1), "{rows}");
     assert!(daemon.ctl(&["clients"]).status.success());
+    let (stdout, _) = text(&daemon.ctl(&["clients", "--all"]));
+    check_names(&stdout, &rows);
+    assert_eq!(tables(&stdout)[0].len(), 2, "header and our row: {stdout}");
 
-    // ping and bench run.
-    let out = daemon.ctl(&["ping"]);
+    // ping and bench run; their tables use their JSON's names.
+    let out = daemon.ctl(&["ping", "--count", "200"]);
     assert!(out.status.success(), "{}", text(&out).1);
+    let ping = json(&daemon.ctl(&["--json", "ping", "--count", "200"]));
+    // The first line describes the run; the table follows.
+    let (stdout, _) = text(&out);
+    let table = stdout.split_once('\n').map_or("", |(_, rest)| rest);
+    check_names(table, &ping);
     let out = daemon.ctl(&["--json", "bench", "--procs", "2", "--requests", "3"]);
     assert!(out.status.success(), "{}", text(&out).1);
+    let bench = json(&out);
+    let out = daemon.ctl(&["bench", "--procs", "1", "--requests", "2"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let (stdout, _) = text(&out);
+    let table = stdout.split_once('\n').map_or("", |(_, rest)| rest);
+    check_names(table, &bench);
 
     // shutdown --wait: returns once the daemon exited.
     let reply = json(&daemon.ctl(&["--json", "--timeout", "30", "shutdown", "--wait"]));
@@ -272,4 +496,30 @@ fn every_documented_command_against_a_live_daemon() {
     // No daemon: a clean error, as JSON under --json.
     let gone = json(&daemon.ctl(&["--json", "status"]));
     assert_eq!(gone["error"]["name"], "NoDaemon", "{gone}");
+}
+
+#[test]
+fn demo_says_the_model_is_random_and_samples_vary_with_the_seed() {
+    let cache = std::env::temp_dir().join(format!("nervactl-demo-cache-{}", std::process::id()));
+    let daemon = nervad();
+    let run = |seed: &str| {
+        let out = Command::new(NERVACTL)
+            .args(["demo", "--max-tokens", "12", "--seed", seed, "--nervad"])
+            .arg(&daemon)
+            // A private cache: the demo model is generated there, not in the user's.
+            .env("XDG_CACHE_HOME", &cache)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run nervactl demo");
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stdout.starts_with("Once upon a time\n"), "{stdout}");
+        assert!(stderr.contains("RANDOM weights"), "{stderr}");
+        assert!(stderr.contains("seed"), "{stderr}");
+        stdout
+    };
+    let (one, two) = (run("1"), run("2"));
+    let _ = std::fs::remove_dir_all(&cache);
+    assert!(one.len() > "Once upon a time\n".len(), "{one}");
+    assert_ne!(one, two, "the demo's sampling varies with the seed");
 }

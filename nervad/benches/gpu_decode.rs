@@ -48,6 +48,12 @@ struct Args {
     /// Bandwidth buffer, MiB.
     #[arg(long, default_value_t = 8192)]
     buffer_mib: usize,
+    /// Prompt lengths for the prefill table (time to the first token, one request alone).
+    #[arg(long, default_value = "128,1024")]
+    prefill: String,
+    /// Prefill projections on the GEMV kernels instead of cuBLAS.
+    #[arg(long)]
+    exact_prefill: bool,
     /// Print one JSON line per batch size as well.
     #[arg(long)]
     json: bool,
@@ -78,11 +84,13 @@ fn delta(a: BackendStats, b: BackendStats) -> BackendStats {
         graph_nodes: b.graph_nodes - a.graph_nodes,
         hard_syncs: b.hard_syncs - a.hard_syncs,
         policy_syncs: b.policy_syncs - a.policy_syncs,
+        debug_syncs: b.debug_syncs - a.debug_syncs,
         h2d_bytes: b.h2d_bytes - a.h2d_bytes,
         d2h_bytes: b.d2h_bytes - a.d2h_bytes,
         device_allocs: b.device_allocs - a.device_allocs,
         pinned_allocs: b.pinned_allocs - a.pinned_allocs,
         gpu_ms: b.gpu_ms - a.gpu_ms,
+        host_ns: b.host_ns - a.host_ns,
     }
 }
 
@@ -120,7 +128,14 @@ fn main() {
     let t0 = Instant::now();
     let model = EngineModel::from_loaded(LoadedModel::load_with(&args.model, load).expect("load"));
     let load_s = t0.elapsed().as_secs_f64();
-    let context = args.prompt + args.tokens + 16;
+    let prefills: Vec<usize> = args
+        .prefill
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| p.trim().parse().expect("--prefill: numbers"))
+        .collect();
+    let longest = prefills.iter().copied().max().unwrap_or(0);
+    let context = (args.prompt + args.tokens).max(longest) + 16;
     let options = EngineOptions {
         max_batch,
         max_context: context.min(model.config.max_position_embeddings),
@@ -138,6 +153,7 @@ fn main() {
         CudaOptions {
             device: args.device,
             memory: args.gpu_memory,
+            exact_prefill: args.exact_prefill,
         },
     )
     .expect("CUDA backend");
@@ -250,6 +266,76 @@ fn main() {
                     "device_allocs": d.device_allocs,
                     "pinned_allocs": d.pinned_allocs,
                 })
+            );
+        }
+    }
+    if prefills.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "prefill ({}): time to the first token of one request alone, median of 3",
+        if args.exact_prefill {
+            "GEMV kernels"
+        } else {
+            "cuBLAS projections"
+        }
+    );
+    println!("| prompt tokens | ms p50 | prompt tok/s | steps |");
+    println!("|---|---|---|---|");
+    for &p in &prefills {
+        let mut times = Vec::new();
+        let mut steps = 0;
+        for run in 0..4 {
+            tag += 1;
+            let prompt: Vec<u32> = (0..p as u32)
+                .map(|i| (i.wrapping_mul(2_246_822_519).wrapping_add(run * 31) >> 9) % vocab)
+                .collect();
+            let mut sink = Tally::default();
+            let t0 = Instant::now();
+            engine
+                .submit(GenerateRequest {
+                    key: RequestKey {
+                        client: ClientId {
+                            slot: 0,
+                            generation: 0,
+                        },
+                        tag,
+                    },
+                    prompt: Prompt::Tokens(prompt),
+                    sampling: SamplingParams::default(),
+                    max_tokens: 1,
+                    stop: StopConditions {
+                        ignore_eos: true,
+                        ..StopConditions::default()
+                    },
+                    n_samples: 1,
+                    priority: 0,
+                    received_at: t0,
+                })
+                .expect("submit");
+            steps = 0;
+            loop {
+                let more = engine.step(&mut sink);
+                steps += 1;
+                if sink.tokens > 0 {
+                    break;
+                }
+                assert!(more, "the request ended without a token");
+            }
+            // The first run warms the cuBLAS heuristics and caches; it is not counted.
+            if run > 0 {
+                times.push(t0.elapsed());
+            }
+            while engine.step(&mut sink) {}
+        }
+        times.sort();
+        let ms = pct(&times, 0.5);
+        println!("| {p} | {ms:.2} | {:.0} | {steps} |", p as f64 / (ms / 1e3));
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"prefill_tokens": p, "ttft_ms_p50": ms, "exact_prefill": args.exact_prefill})
             );
         }
     }

@@ -186,6 +186,8 @@ impl TestEngine {
             sample: seq.sample,
             reason,
             timings: seq.timings(),
+            // The protocol-test engine runs no backend steps: nothing to account.
+            ledger: &crate::engine::ledger::EMPTY_LEDGER,
         });
     }
 }

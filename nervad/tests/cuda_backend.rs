@@ -28,6 +28,7 @@ fn device() -> Option<CudaOptions> {
         Ok(_) => Some(CudaOptions {
             device: 0,
             memory: GpuMemory::Fraction(0.5),
+            exact_prefill: false,
         }),
         Err(why) => {
             println!("skipped: no usable CUDA device ({why})");
@@ -289,4 +290,219 @@ fn steady_decode_allocates_nothing_and_replays_graphs() {
     for tag in 1..=3 {
         assert_eq!(tokens_of(&sink, tag).len(), 100);
     }
+}
+
+/// With `exact_prefill`, a prompt run as one prefill step (GEMV projections, rope_append +
+/// attn_split + attn_combine) and the same tokens fed one per step (the fused attn_decode) give
+/// bit-identical logits at every position, and so do two sequences decoded side by side: the
+/// kernels reduce each output in one order whatever the step looks like. The default prefill
+/// (cuBLAS, 16-bit activations) stays within the parity bound of it.
+#[test]
+fn prefill_and_fused_decode_give_identical_bits() {
+    use nervad::backend::cuda::CudaBackend;
+    use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
+    let Some(cuda) = device() else { return };
+    let presets: &[Preset] = if std::env::var_os("NERVA_GPU_BIG").is_some() {
+        &[Preset::Tiny, Preset::TinyQwen2, Preset::Qwen3_0_6b]
+    } else {
+        &[Preset::Tiny, Preset::TinyQwen2]
+    };
+    for &preset in presets {
+        let dir = checkpoint(preset);
+        let model = LoadedModel::load(&dir).expect("load");
+        let config = model.config.clone();
+        let vocab = config.vocab_size;
+        let options = BackendOptions {
+            max_seqs: 4,
+            max_step_tokens: 128,
+            page_tokens: 16,
+            kv_budget_bytes: 64 << 20,
+            max_context: 256,
+            threads: 0,
+        };
+        let n = 70usize; // three attention tiles, the last partly filled
+        let tokens: Vec<u32> = (0..n as u32).map(|i| (7 + 13 * i) % vocab as u32).collect();
+        let table_a: Vec<u32> = (0..5).collect();
+        let table_b: Vec<u32> = (5..10).collect();
+        let params = SamplingParams::default();
+        let step = |slot, tokens, start_pos, table| SeqStep {
+            slot,
+            tokens,
+            start_pos,
+            block_table: table,
+            sample: false,
+            want_logits: true,
+            from_last_sample: false,
+        };
+        let exact = CudaOptions {
+            exact_prefill: true,
+            ..cuda
+        };
+        let prefill = {
+            let mut b = CudaBackend::new(&config, &model.weights, options, exact).expect("backend");
+            b.start_sequence(0, &params, 0, &tokens).unwrap();
+            b.start_sequence(1, &params, 0, &tokens).unwrap();
+            let mut out = StepOutput::default();
+            b.step(&[step(0, &tokens[..], 0, &table_a)], &mut out)
+                .unwrap();
+            let prefill = out.logits.clone();
+            assert_eq!(prefill.len(), n * vocab);
+            for i in 0..n {
+                let one = &tokens[i..i + 1];
+                let batch = [
+                    step(1, one, i as u32, &table_b),
+                    step(0, one, i as u32, &table_a),
+                ];
+                // Slot 0 rewrites the KV values its prefill wrote.
+                b.step(&batch, &mut out).unwrap();
+                let want = &prefill[i * vocab..(i + 1) * vocab];
+                for (which, got) in out.logits.chunks(vocab).enumerate() {
+                    assert!(
+                        got.iter()
+                            .zip(want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{preset:?}: position {i}: decode logits of batch entry {which} differ \
+                         from the prefill's"
+                    );
+                }
+            }
+            prefill
+        };
+        let mut b = CudaBackend::new(&config, &model.weights, options, cuda).expect("backend");
+        b.start_sequence(0, &params, 0, &tokens).unwrap();
+        let mut out = StepOutput::default();
+        b.step(&[step(0, &tokens[..], 0, &table_a)], &mut out)
+            .unwrap();
+        let scale = prefill.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let worst = prefill
+            .iter()
+            .zip(&out.logits)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            worst <= REL_TOL * scale,
+            "{preset:?}: cuBLAS prefill off by {worst} (max |logit| {scale})"
+        );
+        println!(
+            "{preset:?}: {n} positions bit-identical (exact prefill, fused decode, batch of 2); \
+             default prefill within {:.2e} of max",
+            worst / scale
+        );
+    }
+}
+
+#[test]
+fn step_reports_add_up_to_the_cumulative_stats() {
+    use nervad::backend::{SeqStep, StepOutput, StepReport};
+    let Some(cuda) = device() else { return };
+    let dir = checkpoint(Preset::Tiny);
+    let m = load(&dir);
+    let options = EngineOptions {
+        max_batch: 2,
+        max_context: 256,
+        ..EngineOptions::default()
+    };
+    let mut b = nervad::backend::build(
+        BackendChoice::Cuda,
+        &m.config,
+        &m.weights,
+        options.backend_options(&m.config),
+        cuda,
+    )
+    .expect("CUDA backend");
+    let before: BackendStats = b.stats();
+    let prompt = [3u32, 4, 5, 6];
+    b.start_sequence(0, &SamplingParams::default(), 0, &prompt)
+        .expect("start");
+    let table: Vec<u32> = (0..16).collect();
+    let mut out = StepOutput::with_capacity(2);
+    let mut reports: Vec<StepReport> = Vec::new();
+    let token = [0u32];
+    // Prefill, then decode steps launched two deep (step t+1 before collecting t), as the
+    // engine does: each report must still hold only its own step's figures.
+    b.launch(
+        &[SeqStep {
+            slot: 0,
+            tokens: &prompt,
+            start_pos: 0,
+            block_table: &table,
+            sample: true,
+            want_logits: false,
+            from_last_sample: false,
+        }],
+        &mut out,
+    )
+    .expect("prefill");
+    for pos in 4..20u32 {
+        b.launch(
+            &[SeqStep {
+                slot: 0,
+                tokens: &token,
+                start_pos: pos,
+                block_table: &table,
+                sample: true,
+                want_logits: false,
+                from_last_sample: true,
+            }],
+            &mut out,
+        )
+        .expect("decode");
+        b.collect(&mut out).expect("collect");
+        let seen = Instant::now();
+        let finished = out
+            .report
+            .finished_at
+            .expect("device end on the host clock");
+        assert!(finished <= seen + std::time::Duration::from_micros(50));
+        reports.push(out.report);
+    }
+    b.collect(&mut out).expect("last collect");
+    reports.push(out.report);
+    let after = b.stats();
+    let sum = |f: fn(&StepReport) -> u64| reports.iter().map(f).sum::<u64>();
+    assert_eq!(after.steps - before.steps, reports.len() as u64);
+    assert_eq!(after.launches - before.launches, sum(|r| r.launches));
+    assert_eq!(
+        after.graph_launches - before.graph_launches,
+        sum(|r| r.graph_replays)
+    );
+    assert_eq!(
+        after.graph_nodes - before.graph_nodes,
+        sum(|r| r.graph_nodes)
+    );
+    assert_eq!(after.hard_syncs - before.hard_syncs, sum(|r| r.hard_syncs));
+    assert_eq!(
+        after.policy_syncs - before.policy_syncs,
+        sum(|r| r.policy_syncs)
+    );
+    assert_eq!(
+        after.debug_syncs - before.debug_syncs,
+        sum(|r| r.debug_syncs)
+    );
+    assert_eq!(after.h2d_bytes - before.h2d_bytes, sum(|r| r.h2d_bytes));
+    assert_eq!(after.d2h_bytes - before.d2h_bytes, sum(|r| r.d2h_bytes));
+    assert_eq!(
+        after.device_allocs - before.device_allocs,
+        sum(|r| r.device_allocs)
+    );
+    assert_eq!(
+        after.pinned_allocs - before.pinned_allocs,
+        sum(|r| r.pinned_allocs)
+    );
+    assert_eq!(after.host_ns - before.host_ns, sum(|r| r.host_ns));
+    let gpu_ms = sum(|r| r.gpu_ns) as f64 / 1e6;
+    assert!(
+        ((after.gpu_ms - before.gpu_ms) - gpu_ms).abs() < 1e-3 * reports.len() as f64,
+        "device time: {} ms cumulative vs {gpu_ms} ms in the reports",
+        after.gpu_ms - before.gpu_ms
+    );
+    assert!(
+        reports.iter().all(|r| r.gpu_ns > 0 && r.hard_syncs == 1),
+        "every step ran on the device and was waited for once"
+    );
+    assert!(
+        reports
+            .windows(2)
+            .all(|w| w[0].finished_at <= w[1].finished_at),
+        "steps finish in launch order"
+    );
 }

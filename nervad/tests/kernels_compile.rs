@@ -34,11 +34,30 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
                     "sm_{arch} {:<14} {name:<28} {regs:>4} registers {spill:>4} B spilled",
                     source.name
                 );
+                // A block of the size the backend launches must fit the 64 K registers of a
+                // multiprocessor, or the launch fails on the device
+                // (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES).
+                let threads = launch_threads(&name);
+                assert!(
+                    regs * threads <= 65536,
+                    "{name}: {regs} registers × {threads} threads exceed 65536"
+                );
                 kernels += 1;
             }
         }
     }
     assert!(kernels > 40, "ptxas reported {kernels} kernels");
+}
+
+/// The largest block the CUDA backend launches each kernel with (nervad/src/backend/cuda).
+fn launch_threads(kernel: &str) -> u32 {
+    if kernel.starts_with("rope_append") || kernel == "sample_rows" {
+        1024
+    } else if kernel == "read_bandwidth" {
+        512
+    } else {
+        256
+    }
 }
 
 #[test]

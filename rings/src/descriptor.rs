@@ -191,6 +191,10 @@ pub enum AdminQuery {
     /// Detokenize the `u32` little-endian ids at the descriptor's input range; the reply is
     /// UTF-8 text. [`AdminOptions::SKIP_SPECIAL_TOKENS`] leaves special tokens out.
     Detokenize = 6,
+    /// The token ledger of recent samples: each sample's sums and its per-token records
+    /// (latency, observation lag, device time, launches, syncs, copies), as JSON. The oldest
+    /// samples are left out of a reply that would not fit the reply buffer.
+    Ledger = 7,
 }
 
 impl AdminQuery {
@@ -251,6 +255,7 @@ impl AdminQuery {
             4 => Self::ModelInfo,
             5 => Self::Tokenize,
             6 => Self::Detokenize,
+            7 => Self::Ledger,
             _ => return None,
         })
     }

@@ -3,7 +3,7 @@
 //! ```sh
 //! nerva-gateway --listen 127.0.0.1:8000          # on the default daemon socket
 //! curl localhost:8000/v1/chat/completions -H 'content-type: application/json' \
-//!   -d '{"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
+//!   -d '{"model": "tiny-demo-0", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16}'
 //! ```
 #![deny(missing_docs)]
 

@@ -1,11 +1,14 @@
-//! `nervactl`: poke a running `nervad` (status, clients, stats, generate, ping, bench, shutdown).
+//! `nervactl`: poke a running `nervad` (status, clients, stats, ledger, generate, ping, bench,
+//! shutdown) or run the demo.
 
 mod nervactl {
     pub mod bench;
     pub mod demo;
     pub mod display;
     pub mod generate;
+    pub mod ledger;
     pub mod ping;
+    pub mod table;
 }
 
 use std::path::PathBuf;
@@ -14,7 +17,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use nerva_client::{Client, Error};
 
-use nervactl::{bench, demo, display, generate, ping};
+use nervactl::{bench, demo, display, generate, ledger, ping};
 
 /// Debugging CLI for the Nerva daemon. Human-readable tables by default, `--json` for scripts.
 #[derive(Debug, Parser)]
@@ -45,8 +48,14 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Throughput and latency p50/p90/p99 per stage, hot-path ledger.
+    /// Throughput, latency p50/p90/p99 per stage, the token ledger (per-token p50/p99 of wall
+    /// latency and observation lag, mean cost per token, the recent samples' sums), the
+    /// device and poll-thread ledgers. Per-token records: `nervactl ledger`.
     Stats,
+    /// The token ledger of recent samples, one row per token: wall latency, observation lag,
+    /// GPU time, graph replays, launches, syncs, copies (`--json` or `--out FILE` for the
+    /// whole JSON document, every figure of every record).
+    Ledger(ledger::LedgerArgs),
     /// Generate from a prompt and stream the text to stdout.
     Generate(generate::GenerateArgs),
     /// NOP round trips: while the daemon busy-polls, and waking it from sleep.
@@ -107,6 +116,7 @@ fn run(cli: &Cli) -> Result<(), Error> {
             let json = connect(socket, timeout)?.stats()?;
             display::print_stats(&json, cli.json);
         }
+        Command::Ledger(args) => ledger::run(&mut connect(socket, timeout)?, args, cli.json)?,
         Command::Generate(args) => generate::run(socket, args, cli.json, timeout)?,
         Command::Ping(args) => ping::run(socket, args, cli.json)?,
         Command::Bench(args) => bench::run(socket, args, cli.json)?,

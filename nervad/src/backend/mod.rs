@@ -197,6 +197,8 @@ pub struct StepOutput {
     /// When any sequence asked `want_logits`: `[positions, vocab]` row-major, the requesting
     /// sequences' new positions in batch order.
     pub logits: Vec<f32>,
+    /// What the collected step cost, written by [`Backend::collect`].
+    pub report: StepReport,
 }
 
 impl StepOutput {
@@ -205,8 +207,47 @@ impl StepOutput {
         StepOutput {
             samples: Vec::with_capacity(max_seqs),
             logits: Vec::new(),
+            report: StepReport::default(),
         }
     }
+}
+
+/// One step's own figures, reported when the step is collected (the token ledger's input).
+///
+/// Every counted driver action lands in exactly one step's report: work done by `launch` (and
+/// by calls between steps: sequence set-up, page copies) goes to the step launched, work done
+/// by `collect` to the step collected. So the reports of all collected steps sum to the
+/// difference of [`Backend::stats`] over the same span, even when steps overlap.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// Graph replays.
+    pub graph_replays: u64,
+    /// Plain kernel launches.
+    pub launches: u64,
+    /// Kernel nodes replayed through graphs.
+    pub graph_nodes: u64,
+    /// Host waits the step's results required.
+    pub hard_syncs: u64,
+    /// Waits a policy asked for (logits for dumps, the device clock's anchor).
+    pub policy_syncs: u64,
+    /// Waits only a debugging setting asked for (`NERVA_CUDA_SYNC=1`).
+    pub debug_syncs: u64,
+    /// Bytes copied host → device.
+    pub h2d_bytes: u64,
+    /// Bytes copied device → host.
+    pub d2h_bytes: u64,
+    /// Device allocations.
+    pub device_allocs: u64,
+    /// Pinned host allocations.
+    pub pinned_allocs: u64,
+    /// Device time between the step's start and end, ns (0 without a device).
+    pub gpu_ns: u64,
+    /// Host time spent inside this step's `launch` and `collect` calls, ns.
+    pub host_ns: u64,
+    /// When the step's results were complete, on the host's clock: for a device, the step's
+    /// end event mapped onto the host clock; for the CPU, the end of its `launch`. `None` when
+    /// the backend cannot know it.
+    pub finished_at: Option<std::time::Instant>,
 }
 
 /// What a backend has asked of its device since it started (monotonic counters; the token
@@ -227,6 +268,8 @@ pub struct BackendStats {
     pub hard_syncs: u64,
     /// Waits a policy asked for (logits for dump/parity, weight upload pacing at start).
     pub policy_syncs: u64,
+    /// Waits only a debugging setting asked for (`NERVA_CUDA_SYNC=1`).
+    pub debug_syncs: u64,
     /// Bytes copied host → device.
     pub h2d_bytes: u64,
     /// Bytes copied device → host.
@@ -237,6 +280,9 @@ pub struct BackendStats {
     pub pinned_allocs: u64,
     /// Device time of all collected steps, ms.
     pub gpu_ms: f64,
+    /// Host time spent inside `launch` and `collect` of all collected steps, ns (the sum of
+    /// their [`StepReport::host_ns`]).
+    pub host_ns: u64,
 }
 
 /// Facts about a backend for status displays.
@@ -302,7 +348,7 @@ pub trait Backend: Send {
     fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError>;
 
     /// Wait for the oldest launched step and write its samples to `out.samples` (one entry per
-    /// batch entry, `None` where `sample` was false).
+    /// batch entry, `None` where `sample` was false) and its figures to `out.report`.
     fn collect(&mut self, out: &mut StepOutput) -> Result<(), BackendError>;
 
     /// Steps launched and not yet collected.

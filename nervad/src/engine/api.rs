@@ -196,6 +196,9 @@ pub enum EngineEvent<'a> {
         reason: FinishReason,
         /// Timings.
         timings: RequestTimings,
+        /// What each of the sample's tokens cost ([`super::ledger`]); the empty ledger for an
+        /// engine that keeps none.
+        ledger: &'a super::ledger::SampleLedger,
     },
     /// The request failed as a whole (no `Done` follows).
     Error {
@@ -324,8 +327,10 @@ pub struct EngineGauges {
     pub graph_nodes: std::sync::atomic::AtomicU64,
     /// Host waits the step results needed.
     pub hard_syncs: std::sync::atomic::AtomicU64,
-    /// Waits a policy asked for (logits for dumps).
+    /// Waits a policy asked for (logits for dumps, the device clock's anchor).
     pub policy_syncs: std::sync::atomic::AtomicU64,
+    /// Waits only a debugging setting asked for.
+    pub debug_syncs: std::sync::atomic::AtomicU64,
     /// Bytes copied host → device.
     pub h2d_bytes: std::sync::atomic::AtomicU64,
     /// Bytes copied device → host.
@@ -389,6 +394,7 @@ impl EngineGauges {
                 "launches_per_step": per_step(self.launches.load(Relaxed)),
                 "syncs_hard": self.hard_syncs.load(Relaxed),
                 "syncs_policy": self.policy_syncs.load(Relaxed),
+                "syncs_debug": self.debug_syncs.load(Relaxed),
                 "h2d_bytes": self.h2d_bytes.load(Relaxed),
                 "d2h_bytes": self.d2h_bytes.load(Relaxed),
                 "device_allocs": self.device_allocs.load(Relaxed),

@@ -60,11 +60,12 @@ use super::api::{
 };
 use super::detok::{Pushed, TextStream};
 use super::kv_pool::KvPagePool;
+use super::ledger::{EMPTY_LEDGER, SampleLedger, StepShare, TokenSeen};
 use super::model::EngineModel;
 use super::prefix_cache;
 use super::scheduler::{FairShare, Rank, fair_key};
 use crate::backend::sampling::validate_params;
-use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput};
+use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput, StepReport};
 
 /// Engine sizes. Defaults suit the CPU backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +188,8 @@ struct Sequence {
     text: TextStream,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
+    /// What the sample's steps and tokens cost (`super::ledger`).
+    ledger: SampleLedger,
 }
 
 /// A slot index in `Request::slots` for a sample that is parked (no slot).
@@ -230,6 +233,7 @@ impl Sequence {
             text: TextStream::new(&[], longest_token),
             first_token_at: None,
             last_token_at: None,
+            ledger: SampleLedger::new(),
         }
     }
 
@@ -660,6 +664,7 @@ impl Engine {
             seq.first_token_at = None;
             seq.last_token_at = None;
             seq.table.clear();
+            seq.ledger.reset();
         }
         let seed = req.sampling.seed;
         self.backend
@@ -810,12 +815,14 @@ impl Engine {
                 });
             }
         }
-        let timings = self.timings(req, Some(&self.seqs[slot as usize]));
+        let seq = &self.seqs[slot as usize];
+        let timings = self.timings(req, Some(seq));
         sink.emit(EngineEvent::Done {
             key,
             sample,
             reason,
             timings,
+            ledger: &seq.ledger,
         });
         let seq = &mut self.seqs[slot as usize];
         seq.active = false;
@@ -857,6 +864,7 @@ impl Engine {
                         sample,
                         reason: FinishReason::Cancelled,
                         timings,
+                        ledger: &EMPTY_LEDGER,
                     });
                 }
                 self.remove_request(rid);
@@ -896,6 +904,7 @@ impl Engine {
                     sample: seq.sample,
                     reason,
                     timings,
+                    ledger: &seq.ledger,
                 });
             }
             seq.active = false;
@@ -937,6 +946,31 @@ impl Engine {
                 req.slots[sample] = PARKED;
             }
         }
+    }
+
+    /// Enter a token a step of `batch` entries produced in its sample's ledger, before
+    /// `accept_token` acts on it (a stop token ends the sample, and its `Done` carries the
+    /// ledger).
+    fn note_token(
+        &mut self,
+        slot: u32,
+        token: u32,
+        now: Instant,
+        report: &StepReport,
+        batch: usize,
+    ) {
+        let seq = &mut self.seqs[slot as usize];
+        let Some(req) = self.requests[seq.request].as_ref() else {
+            return;
+        };
+        seq.ledger.token(&TokenSeen {
+            token,
+            received: req.received_at,
+            previous: seq.last_token_at,
+            now,
+            finished_at: report.finished_at,
+            batch,
+        });
     }
 
     /// Handle one sampled token of a decoding sample.
@@ -1058,6 +1092,8 @@ impl Engine {
             return;
         }
         let now = Instant::now();
+        let report = self.out.report;
+        let batch = self.entries.len();
         for i in 0..self.entries.len() {
             let entry = self.entries[i];
             let current = {
@@ -1067,6 +1103,9 @@ impl Engine {
             if !current {
                 continue;
             }
+            self.seqs[entry.slot as usize]
+                .ledger
+                .charge(&StepShare::split(&report, i, batch));
             let sampled = self.out.samples.get(i).copied().flatten();
             if entry.prefill > 0 {
                 let seq = &mut self.seqs[entry.slot as usize];
@@ -1074,12 +1113,20 @@ impl Engine {
                 let done = seq.len == seq.prefill_to;
                 self.register_full_pages(entry.slot);
                 if done {
+                    // The token a fresh request samples after its prompt enters the ledger
+                    // before `prefill_done` hands it to `accept_token`.
+                    if let Some(tok) = sampled
+                        && self.seqs[entry.slot as usize].sample_after_prefill
+                    {
+                        self.note_token(entry.slot, tok.token, now, &report, batch);
+                    }
                     self.prefill_done(entry.slot, sampled, now, sink);
                 }
             } else {
                 self.seqs[entry.slot as usize].len += 1;
                 self.register_full_pages(entry.slot);
                 if let Some(tok) = sampled {
+                    self.note_token(entry.slot, tok.token, now, &report, batch);
                     self.accept_token(entry.slot, tok, now, sink);
                 }
             }
@@ -1309,6 +1356,7 @@ impl InferenceEngine for Engine {
                         sample,
                         reason,
                         timings,
+                        ledger: &EMPTY_LEDGER,
                     });
                 }
                 self.remove_request(rid);
@@ -1386,6 +1434,7 @@ impl InferenceEngine for Engine {
         g.graph_nodes.store(d.graph_nodes, Relaxed);
         g.hard_syncs.store(d.hard_syncs, Relaxed);
         g.policy_syncs.store(d.policy_syncs, Relaxed);
+        g.debug_syncs.store(d.debug_syncs, Relaxed);
         g.h2d_bytes.store(d.h2d_bytes, Relaxed);
         g.d2h_bytes.store(d.d2h_bytes, Relaxed);
         g.device_allocs.store(d.device_allocs, Relaxed);

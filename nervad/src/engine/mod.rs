@@ -7,6 +7,7 @@ pub mod core;
 pub mod detok;
 pub mod dump;
 pub mod kv_pool;
+pub mod ledger;
 pub mod model;
 pub mod prefix_cache;
 pub mod scheduler;

@@ -85,6 +85,11 @@ struct ServeArgs {
     /// the rest (--kv-bytes applies to the CPU backend only).
     #[arg(long, default_value = "0.9")]
     gpu_memory: crate::backend::cuda::GpuMemory,
+    /// Run prompt (prefill) projections on our GEMV kernels instead of cuBLAS: prompts are
+    /// much slower, but their numbers are bit-identical to decoding the same tokens one by one
+    /// (cuBLAS rounds the activations to 16 bits). Decode is the same either way.
+    #[arg(long)]
+    exact_prefill: bool,
     /// Engine worker threads for the CPU backend (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -328,6 +333,7 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
                 crate::backend::cuda::CudaOptions {
                     device: args.device,
                     memory: args.gpu_memory,
+                    exact_prefill: args.exact_prefill,
                 },
             )
             .map_err(|e| format!("backend: {e}"))?;

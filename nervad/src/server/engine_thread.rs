@@ -204,8 +204,10 @@ impl EventSink for CompletionSink<'_> {
                 sample,
                 reason,
                 timings,
+                ledger,
             } => {
-                self.stats.record_done(reason, &timings);
+                self.stats
+                    .record_done(key, sample, reason, &timings, ledger);
                 let Some((seq, _)) = self.next_seq(key) else {
                     return;
                 };

@@ -13,6 +13,7 @@ pub mod client_segment;
 pub mod config;
 pub mod engine_thread;
 pub mod intake;
+pub mod ledger_history;
 pub mod listener;
 pub mod policy;
 pub mod poller;

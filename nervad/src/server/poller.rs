@@ -713,6 +713,7 @@ impl PollLoop {
                 model_info_json(&self.status, sizes, self.codec.is_some())
             }
             AdminQuery::Tokenize | AdminQuery::Detokenize => return self.convert_text(a),
+            AdminQuery::Ledger => return Ok(self.stats.ledger_dump(a.reply.len as usize)),
         };
         Ok(json.to_string().into_bytes())
     }

@@ -2,9 +2,9 @@
 //!
 //! Two owners, no sharing on the hot path: the poll thread owns the [`TokenLedger`] (plain
 //! integers, it is the only writer and the only reader, since admin replies are built on that
-//! thread), and the engine thread records per-request latencies into [`LatencyStats`] once per
-//! finished sample (one uncontended mutex acquisition per finished sample; none per token or
-//! per descriptor).
+//! thread), and the engine thread records per-request latencies and the sample's token ledger
+//! ([`super::ledger_history`]) into [`LatencyStats`] once per finished sample (one uncontended
+//! mutex acquisition per finished sample; none per token or per descriptor).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +13,9 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 
-use crate::engine::api::{FinishReason, RequestTimings};
+use super::ledger_history::LedgerHistory;
+use crate::engine::api::{FinishReason, RequestKey, RequestTimings};
+use crate::engine::ledger::SampleLedger;
 
 /// Hot-path accounting of the poll thread. Every syscall and allocation the loop makes is
 /// counted here, so tests can assert the per-descriptor cost is zero.
@@ -102,6 +104,7 @@ struct Histograms {
     inter_token: Histogram<u64>,
     end_to_end: Histogram<u64>,
     finished: [u64; 6],
+    ledger: LedgerHistory,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -139,6 +142,7 @@ impl LatencyStats {
                 inter_token: histogram(),
                 end_to_end: histogram(),
                 finished: [0; 6],
+                ledger: LedgerHistory::new(),
             }),
             tokens_total: AtomicU64::new(0),
             window_tokens: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -169,11 +173,20 @@ impl LatencyStats {
         }
     }
 
-    /// Record a finished sample.
-    pub fn record_done(&self, reason: FinishReason, t: &RequestTimings) {
+    /// Record a finished sample: its completion timings and its token ledger.
+    pub fn record_done(
+        &self,
+        key: RequestKey,
+        sample: u16,
+        reason: FinishReason,
+        t: &RequestTimings,
+        ledger: &SampleLedger,
+    ) {
+        let uptime = self.uptime_secs();
         let Ok(mut h) = self.inner.lock() else {
             return;
         };
+        h.ledger.record(key, sample, reason, t, ledger, uptime);
         h.finished[reason_index(reason)] += 1;
         if t.generated_tokens == 0 {
             return;
@@ -185,6 +198,15 @@ impl LatencyStats {
             let _ = h.inter_token.record(per_token.max(1));
         }
         let _ = h.end_to_end.record((t.first_token_us + t.decode_us).max(1));
+    }
+
+    /// The recent samples with their token records as a JSON document of at most `max_bytes`
+    /// (`nervactl ledger`).
+    pub fn ledger_dump(&self, max_bytes: usize) -> Vec<u8> {
+        match self.inner.lock() {
+            Ok(h) => h.ledger.dump_json(max_bytes),
+            Err(_) => b"{\"error\":\"statistics unavailable\"}".to_vec(),
+        }
     }
 
     /// Seconds since start.
@@ -232,6 +254,8 @@ impl LatencyStats {
                 "cancelled": h.finished[3], "error": h.finished[4], "shutdown": h.finished[5],
             },
             "live": self.engine.to_json(),
+            "token_ledger": h.ledger.summary_json(),
+            "recent_samples": h.ledger.recent_json(),
             "latency": {
                 "queue": stage(&h.queue),
                 "time_to_first_token": stage(&h.first_token),
@@ -251,6 +275,14 @@ mod tests {
         let s = LatencyStats::new();
         for i in 1..=100u64 {
             s.record_done(
+                RequestKey {
+                    client: crate::engine::api::ClientId {
+                        slot: 0,
+                        generation: 0,
+                    },
+                    tag: i,
+                },
+                0,
                 FinishReason::Length,
                 &RequestTimings {
                     queue_us: i,
@@ -259,6 +291,7 @@ mod tests {
                     prompt_tokens: 3,
                     generated_tokens: 11,
                 },
+                &crate::engine::ledger::EMPTY_LEDGER,
             );
         }
         s.record_tokens(1100);

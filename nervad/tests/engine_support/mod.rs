@@ -221,6 +221,7 @@ impl EventSink for Recorder {
                 sample,
                 reason,
                 timings,
+                ..
             } => Ev::Done(key, sample, reason, timings.generated_tokens),
             EngineEvent::Error { key, error } => Ev::Error(key, error.to_string()),
         });

@@ -10,6 +10,7 @@ use clap::Args;
 use nerva_client::{Client, Error, EventRef, GenerateParams, Prompt, Tag};
 
 use super::display::percentile;
+use super::table::{Show, Table};
 
 /// Bench flags.
 #[derive(Debug, Args)]
@@ -115,6 +116,23 @@ pub fn worker(socket: Option<&Path>, a: &WorkerArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// Rows of the human summary (JSON paths; durations and rates human-scaled).
+pub const BENCH_FIELDS: [(&str, Show); 13] = [
+    ("requests", Show::Text),
+    ("errors", Show::Text),
+    ("failed_procs", Show::Text),
+    ("tokens", Show::Text),
+    ("wall_s", Show::Duration),
+    ("requests_per_s", Show::Number),
+    ("tokens_per_s", Show::Number),
+    ("e2e_us.p50", Show::Duration),
+    ("e2e_us.p90", Show::Duration),
+    ("e2e_us.p99", Show::Duration),
+    ("ttft_us.p50", Show::Duration),
+    ("ttft_us.p90", Show::Duration),
+    ("ttft_us.p99", Show::Duration),
+];
+
 /// Spawn the workers and aggregate.
 pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Error> {
     let exe = std::env::current_exe()?;
@@ -176,20 +194,9 @@ pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Er
             "{} procs × {} requests ({} tokens each, {} in flight per proc): {requests} done, {errors} errors, {failed} failed procs",
             a.procs, a.requests, a.max_tokens, a.concurrency
         );
-        println!(
-            "wall {wall:.2} s; {:.1} requests/s; {:.1} tokens/s",
-            requests as f64 / wall,
-            tokens as f64 / wall
-        );
-        println!(
-            "end-to-end µs p50 {} p90 {} p99 {}; time to first token µs p50 {} p90 {} p99 {}",
-            percentile(&e2e, 0.5),
-            percentile(&e2e, 0.9),
-            percentile(&e2e, 0.99),
-            percentile(&ttft, 0.5),
-            percentile(&ttft, 0.9),
-            percentile(&ttft, 0.99)
-        );
+        let mut t = Table::fields();
+        t.fields_of(&result, &BENCH_FIELDS);
+        t.print();
     }
     if failed > 0 {
         return Err(Error::Protocol(format!("{failed} worker processes failed")));

@@ -26,7 +26,8 @@ pub struct DemoArgs {
     /// Most tokens to generate.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: u32,
-    /// Temperature (the random demo model only repeats itself when greedy).
+    /// Temperature (the demo model's logits are flat enough that sampling visibly varies with
+    /// the seed; greedy, it repeats itself).
     #[arg(long, default_value_t = 0.8)]
     pub temperature: f32,
     /// Seed.
@@ -127,11 +128,14 @@ pub fn run(a: &DemoArgs) -> Result<(), Error> {
         top_logprobs: 0,
         priority: 0,
         logprobs: false,
+        ledger: false,
     };
     if a.model.is_none() {
         eprintln!(
             "nervactl demo: the default model has RANDOM weights: the text below is noise that \
-             shows the pipeline working, not a model's answer"
+             shows the pipeline working, not a model's answer (sampled at temperature {}, seed \
+             {}: another --seed gives other noise)",
+            a.temperature, a.seed
         );
     }
     println!("{}", a.prompt);

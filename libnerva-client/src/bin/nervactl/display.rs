@@ -2,71 +2,76 @@
 
 use serde_json::Value;
 
+use super::table::{Column, Show, Table, col};
+
 fn parse(json: &str) -> Value {
     serde_json::from_str(json).unwrap_or(Value::String(json.to_string()))
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
-}
+/// The rows of `status` (JSON paths; the table shows human-scaled values).
+pub const STATUS_FIELDS: [(&str, Show); 32] = [
+    ("model.name", Show::Text),
+    ("model.architecture", Show::Text),
+    ("model.dtype", Show::Text),
+    ("model.vocab_size", Show::Text),
+    ("model.max_context", Show::Text),
+    ("model.max_batch", Show::Text),
+    ("model.weight_bytes", Show::Bytes),
+    ("backend", Show::Text),
+    ("device", Show::Text),
+    ("daemon.pid", Show::Text),
+    ("daemon.version", Show::Text),
+    ("daemon.abi_version", Show::Text),
+    ("daemon.uptime_s", Show::Duration),
+    ("daemon.socket", Show::Text),
+    ("daemon.policy", Show::Text),
+    ("daemon.clients", Show::Text),
+    ("daemon.draining", Show::Text),
+    ("daemon.spin_us", Show::Duration),
+    ("arenas.segment_backing", Show::Text),
+    ("arenas.segment_page_bytes", Show::Bytes),
+    ("arenas.segments_mlocked", Show::Text),
+    ("arenas.segment_pool", Show::Text),
+    ("arenas.staging_bytes", Show::Bytes),
+    ("arenas.staging_mlocked", Show::Text),
+    ("arenas.host_pages", Show::Text),
+    ("kv.pages_total", Show::Text),
+    ("kv.pages_used", Show::Text),
+    ("kv.pages_free", Show::Text),
+    ("kv.page_tokens", Show::Text),
+    ("scheduler.running", Show::Text),
+    ("scheduler.queued", Show::Text),
+    ("scheduler.parked", Show::Text),
+];
 
-/// `status`.
+/// `status`: one `FIELD VALUE` table, fields named by their JSON path.
 pub fn print_status(json: &str, as_json: bool) {
     if as_json {
         println!("{json}");
         return;
     }
     let v = parse(json);
-    // Human-scaled weight size next to the exact byte count.
-    let weights = match v["model"]["weight_bytes"].as_u64() {
-        Some(b) => Value::String(format!(
-            "{:.2} GiB ({b} bytes)",
-            b as f64 / (1u64 << 30) as f64
-        )),
-        None => Value::Null,
-    };
-    let rows = [
-        ("model", &v["model"]["name"]),
-        ("architecture", &v["model"]["architecture"]),
-        ("dtype", &v["model"]["dtype"]),
-        ("vocab size", &v["model"]["vocab_size"]),
-        ("max context (tokens)", &v["model"]["max_context"]),
-        ("max batch (seqs)", &v["model"]["max_batch"]),
-        ("weights", &weights),
-        ("backend", &v["backend"]),
-        ("device", &v["device"]),
-        ("daemon pid", &v["daemon"]["pid"]),
-        ("version", &v["daemon"]["version"]),
-        ("abi", &v["daemon"]["abi_version"]),
-        ("uptime (s)", &v["daemon"]["uptime_s"]),
-        ("socket", &v["daemon"]["socket"]),
-        ("access policy", &v["daemon"]["policy"]),
-        ("clients", &v["daemon"]["clients"]),
-        ("draining", &v["daemon"]["draining"]),
-        ("spin (µs)", &v["daemon"]["spin_us"]),
-        ("segment pages", &v["arenas"]["segment_backing"]),
-        ("segment page bytes", &v["arenas"]["segment_page_bytes"]),
-        ("segments mlocked", &v["arenas"]["segments_mlocked"]),
-        ("segment pool", &v["arenas"]["segment_pool"]),
-        ("staging bytes", &v["arenas"]["staging_bytes"]),
-        ("staging mlocked", &v["arenas"]["staging_mlocked"]),
-        ("host pages", &v["arenas"]["host_pages"]),
-        ("kv pages", &v["kv"]["pages_total"]),
-        ("kv pages used", &v["kv"]["pages_used"]),
-        ("kv pages free", &v["kv"]["pages_free"]),
-        ("kv page tokens", &v["kv"]["page_tokens"]),
-        ("running (seqs)", &v["scheduler"]["running"]),
-        ("queued (requests)", &v["scheduler"]["queued"]),
-        ("parked (seqs)", &v["scheduler"]["parked"]),
-    ];
-    for (k, val) in rows {
-        println!("{k:<21} {}", s(val));
-    }
+    let mut t = Table::fields();
+    t.fields_of(&v, &STATUS_FIELDS);
+    t.print();
 }
+
+/// The columns of `clients`.
+pub const CLIENT_COLUMNS: [Column; 13] = [
+    col("slot", Show::Number),
+    col("pid", Show::Number),
+    col("uid", Show::Number),
+    col("sq_used", Show::Number),
+    col("sq_entries", Show::Number),
+    col("cq_used", Show::Number),
+    col("cq_entries", Show::Number),
+    col("backlog", Show::Number),
+    col("paused", Show::Text),
+    col("in_flight", Show::Number),
+    col("requests", Show::Number),
+    col("tokens_served", Show::Number),
+    col("connected_s", Show::Duration),
+];
 
 /// `clients`; `hide_pid`: leave out the connections of this process (nervactl's own).
 pub fn print_clients(json: &str, as_json: bool, hide_pid: Option<u32>) {
@@ -78,44 +83,111 @@ pub fn print_clients(json: &str, as_json: bool, hide_pid: Option<u32>) {
         println!("{v}");
         return;
     }
-    let empty = Vec::new();
-    let rows = v.as_array().unwrap_or(&empty);
-    println!(
-        "{:>4} {:>8} {:>6} {:>11} {:>11} {:>7} {:>6} {:>9} {:>9} {:>10} {:>9}",
-        "slot",
-        "pid",
-        "uid",
-        "sq used",
-        "cq used",
-        "backlog",
-        "paused",
-        "in-flight",
-        "requests",
-        "tokens",
-        "age (s)"
-    );
-    for r in rows {
-        println!(
-            "{:>4} {:>8} {:>6} {:>11} {:>11} {:>7} {:>6} {:>9} {:>9} {:>10} {:>9.1}",
-            s(&r["slot"]),
-            s(&r["pid"]),
-            s(&r["uid"]),
-            format!("{}/{}", s(&r["sq_used"]), s(&r["sq_entries"])),
-            format!("{}/{}", s(&r["cq_used"]), s(&r["cq_entries"])),
-            s(&r["backlog"]),
-            s(&r["paused"]),
-            s(&r["in_flight"]),
-            s(&r["requests"]),
-            s(&r["tokens_served"]),
-            r["connected_s"].as_f64().unwrap_or(0.0),
-        );
+    let mut t = Table::new(&CLIENT_COLUMNS);
+    for r in v.as_array().map(Vec::as_slice).unwrap_or_default() {
+        t.object_row(&CLIENT_COLUMNS, r);
     }
-    if rows.is_empty() {
+    t.print();
+    if t.is_empty() {
         println!("(no clients besides this one)");
     }
 }
 
-/// `stats`.
+/// Overall figures of `stats` (paths under `engine`).
+pub const STATS_FIELDS: [(&str, Show); 11] = [
+    ("engine.uptime_s", Show::Duration),
+    ("engine.tokens_generated", Show::Text),
+    ("engine.tokens_per_s_overall", Show::Number),
+    ("engine.tokens_per_s_last_10s", Show::Number),
+    ("engine.samples_finished.stop", Show::Text),
+    ("engine.samples_finished.length", Show::Text),
+    ("engine.samples_finished.context_length", Show::Text),
+    ("engine.samples_finished.cancelled", Show::Text),
+    ("engine.samples_finished.error", Show::Text),
+    ("engine.samples_finished.shutdown", Show::Text),
+    ("engine.token_ledger.tokens", Show::Text),
+];
+
+/// Per-stage latency columns of `stats` (raw µs, unit in the header). The first column lists
+/// the keys of the JSON object it is named after.
+pub const LATENCY_COLUMNS: [Column; 6] = [
+    col("latency", Show::Text),
+    col("count", Show::Number),
+    col("p50_us", Show::Number),
+    col("p90_us", Show::Number),
+    col("p99_us", Show::Number),
+    col("max_us", Show::Number),
+];
+
+/// Per-token latency and lag columns of `stats` (human-scaled; the first column lists keys of
+/// `token_ledger`).
+pub const TOKEN_COLUMNS: [Column; 5] = [
+    col("token_ledger", Show::Text),
+    col("count", Show::Number),
+    col("p50_ns", Show::Duration),
+    col("p99_ns", Show::Duration),
+    col("max_ns", Show::Duration),
+];
+
+/// Mean cost per token (paths under `engine.token_ledger.per_token_mean`).
+pub const PER_TOKEN_FIELDS: [(&str, Show); 13] = [
+    ("engine.token_ledger.per_token_mean.steps", Show::Number),
+    ("engine.token_ledger.per_token_mean.gpu_ns", Show::Duration),
+    ("engine.token_ledger.per_token_mean.host_ns", Show::Duration),
+    (
+        "engine.token_ledger.per_token_mean.graph_replays",
+        Show::Number,
+    ),
+    ("engine.token_ledger.per_token_mean.launches", Show::Number),
+    (
+        "engine.token_ledger.per_token_mean.graph_nodes",
+        Show::Number,
+    ),
+    (
+        "engine.token_ledger.per_token_mean.syncs_hard",
+        Show::Number,
+    ),
+    (
+        "engine.token_ledger.per_token_mean.syncs_policy",
+        Show::Number,
+    ),
+    (
+        "engine.token_ledger.per_token_mean.syncs_debug",
+        Show::Number,
+    ),
+    ("engine.token_ledger.per_token_mean.h2d_bytes", Show::Bytes),
+    ("engine.token_ledger.per_token_mean.d2h_bytes", Show::Bytes),
+    (
+        "engine.token_ledger.per_token_mean.device_allocs",
+        Show::Number,
+    ),
+    (
+        "engine.token_ledger.per_token_mean.pinned_allocs",
+        Show::Number,
+    ),
+];
+
+/// Columns of the recent samples in `stats` (human-scaled; `--json` has every sum).
+pub const SAMPLE_COLUMNS: [Column; 15] = [
+    col("client_slot", Show::Number),
+    col("tag", Show::Number),
+    col("sample", Show::Number),
+    col("finish", Show::Text),
+    col("tokens", Show::Number),
+    col("first_token_us", Show::Duration),
+    col("wall_ns", Show::Duration),
+    col("lag_ns", Show::Duration),
+    col("gpu_ns", Show::Duration),
+    col("steps", Show::Number),
+    col("launches", Show::Number),
+    col("graph_nodes", Show::Number),
+    col("syncs_hard", Show::Number),
+    col("h2d_bytes", Show::Bytes),
+    col("d2h_bytes", Show::Bytes),
+];
+
+/// `stats`: overall figures, latency per stage, the token ledger (per-token summary and the
+/// recent samples' sums), the engine's live gauges and device ledger, the poll thread's ledger.
 pub fn print_stats(json: &str, as_json: bool) {
     if as_json {
         println!("{json}");
@@ -123,70 +195,81 @@ pub fn print_stats(json: &str, as_json: bool) {
     }
     let v = parse(json);
     let e = &v["engine"];
-    println!(
-        "uptime (s)            {:.1}",
-        e["uptime_s"].as_f64().unwrap_or(0.0)
-    );
-    println!("tokens generated      {}", s(&e["tokens_generated"]));
-    println!(
-        "tokens/s overall      {:.1}",
-        e["tokens_per_s_overall"].as_f64().unwrap_or(0.0)
-    );
-    println!(
-        "tokens/s last 10 s    {:.1}",
-        e["tokens_per_s_last_10s"].as_f64().unwrap_or(0.0)
-    );
-    println!("samples finished      {}", e["samples_finished"]);
+    let mut t = Table::fields();
+    t.fields_of(&v, &STATS_FIELDS);
+    t.print();
+
     println!();
-    println!(
-        "{:<22} {:>8} {:>10} {:>10} {:>10} {:>10}",
-        "latency (µs)", "count", "p50", "p90", "p99", "max"
-    );
-    for (name, key) in [
-        ("queue", "queue"),
-        ("time to first token", "time_to_first_token"),
-        ("inter-token", "inter_token"),
-        ("end to end", "end_to_end"),
-    ] {
-        let h = &e["latency"][key];
-        println!(
-            "{:<22} {:>8} {:>10} {:>10} {:>10} {:>10}",
-            name,
-            s(&h["count"]),
-            s(&h["p50_us"]),
-            s(&h["p90_us"]),
-            s(&h["p99_us"]),
-            s(&h["max_us"])
-        );
+    let mut t = Table::new(&LATENCY_COLUMNS);
+    for stage in ["queue", "time_to_first_token", "inter_token", "end_to_end"] {
+        let mut row = e["latency"][stage].clone();
+        row["latency"] = stage.into();
+        t.object_row(&LATENCY_COLUMNS, &row);
     }
+    t.print();
+
     println!();
-    let live = &e["live"];
-    println!(
-        "kv pages used / free  {} / {}",
-        s(&live["kv_pages_used"]),
-        s(&live["kv_pages_free"])
-    );
-    println!(
-        "running / queued / parked  {} / {} / {}",
-        s(&live["running"]),
-        s(&live["queued"]),
-        s(&live["parked"])
-    );
+    let mut t = Table::new(&TOKEN_COLUMNS);
+    for measure in ["wall", "lag"] {
+        let mut row = e["token_ledger"][measure].clone();
+        row["token_ledger"] = measure.into();
+        t.object_row(&TOKEN_COLUMNS, &row);
+    }
+    t.print();
     println!();
-    println!("device ledger (backend steps)");
-    if let Some(obj) = live["device"].as_object() {
-        for (k, val) in obj {
-            println!("  {k:<22} {}", s(val));
+    let mut t = Table::fields();
+    t.fields_of(&v, &PER_TOKEN_FIELDS);
+    t.print();
+
+    println!();
+    let mut t = Table::new(&SAMPLE_COLUMNS);
+    for s in e["recent_samples"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        t.object_row(&SAMPLE_COLUMNS, s);
+    }
+    t.print();
+    if t.is_empty() {
+        println!("(no finished samples yet)");
+    }
+
+    println!();
+    let mut t = Table::fields();
+    t.fields_of(&v, &LIVE_FIELDS);
+    // The poll thread's ledger: plain counts.
+    if let Some(ledger) = v["ledger"].as_object() {
+        for (k, val) in ledger {
+            t.field(&format!("ledger.{k}"), Show::Text, val);
         }
     }
-    println!();
-    println!("poll-thread ledger");
-    if let Some(obj) = v["ledger"].as_object() {
-        for (k, val) in obj {
-            println!("  {k:<22} {}", s(val));
-        }
-    }
+    t.print();
 }
+
+/// The engine's live gauges and the backend's cumulative device ledger in `stats`.
+pub const LIVE_FIELDS: [(&str, Show); 20] = [
+    ("engine.live.kv_pages_used", Show::Text),
+    ("engine.live.kv_pages_free", Show::Text),
+    ("engine.live.running", Show::Text),
+    ("engine.live.queued", Show::Text),
+    ("engine.live.parked", Show::Text),
+    ("engine.live.device.steps", Show::Text),
+    ("engine.live.device.graph_steps", Show::Text),
+    ("engine.live.device.launches", Show::Text),
+    ("engine.live.device.graph_nodes", Show::Text),
+    ("engine.live.device.launches_per_step", Show::Number),
+    ("engine.live.device.graph_nodes_per_step", Show::Number),
+    ("engine.live.device.syncs_hard", Show::Text),
+    ("engine.live.device.syncs_policy", Show::Text),
+    ("engine.live.device.syncs_debug", Show::Text),
+    ("engine.live.device.h2d_bytes", Show::Bytes),
+    ("engine.live.device.d2h_bytes", Show::Bytes),
+    ("engine.live.device.device_allocs", Show::Text),
+    ("engine.live.device.pinned_allocs", Show::Text),
+    ("engine.live.device.gpu_ms_total", Show::Number),
+    ("engine.live.device.gpu_ms_per_step", Show::Number),
+];
 
 /// Percentile of sorted values (nearest rank).
 pub fn percentile(sorted: &[u64], q: f64) -> u64 {

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use super::table::{Column, Show, Table, col, human_bytes, human_duration_ns};
 use clap::Args;
 use nerva_client::{Client, Error, EventRef, GenerateParams, Prompt, status_code};
 
@@ -67,6 +68,11 @@ pub struct GenerateArgs {
     /// --json, a `logprobs` array per sample).
     #[arg(long)]
     pub logprobs: bool,
+    /// After the generation, ask the daemon for this request's token ledger: each sample's
+    /// sums (a line on stderr) and one row per token (a table after the text; with --json, a
+    /// `ledger` array of the samples with their records).
+    #[arg(long)]
+    pub ledger: bool,
 }
 
 /// The prompt text: the argument, stdin for `-`, a file for `@FILE`.
@@ -97,6 +103,13 @@ fn human(d: std::time::Duration) -> String {
         format!("{:.2} s", us / 1e6)
     }
 }
+
+/// Columns of the `--logprobs` table.
+pub const LOGPROB_COLUMNS: [Column; 3] = [
+    col("position", Show::Number),
+    col("token", Show::Number),
+    col("logprob", Show::Number),
+];
 
 /// Run it.
 pub fn run(
@@ -234,6 +247,13 @@ pub fn run(
     if let Some(e) = failure {
         return Err(e);
     }
+    // The daemon records a sample's ledger before it sends the sample's Done, so every sample
+    // of this request is in the daemon's recent samples now.
+    let ledger = if a.ledger {
+        Some(own_ledger(&mut client, tag.0)?)
+    } else {
+        None
+    };
     if as_json {
         let samples: Vec<_> = (0..n)
             .map(|i| {
@@ -244,10 +264,11 @@ pub fn run(
                 s
             })
             .collect();
-        println!(
-            "{}",
-            serde_json::json!({"samples": samples, "finished": summaries})
-        );
+        let mut out = serde_json::json!({"samples": samples, "finished": summaries});
+        if let Some(ledger) = ledger {
+            out["ledger"] = serde_json::Value::Array(ledger);
+        }
+        println!("{out}");
     } else {
         for (i, t) in texts.iter().enumerate().skip(1) {
             println!("\n--- sample {i} ---\n{t}");
@@ -255,12 +276,73 @@ pub fn run(
         if a.logprobs {
             for i in 0..n {
                 println!("\n--- sample {i}: log-probabilities ---");
-                println!("{:>5} {:>8} {:>9}", "pos", "token id", "logprob");
+                let mut t = Table::new(&LOGPROB_COLUMNS);
                 for (pos, (id, lp)) in tokens[i].iter().zip(&logprobs[i]).enumerate() {
-                    println!("{pos:>5} {id:>8} {lp:>9.4}");
+                    let row = serde_json::json!({"position": pos, "token": id,
+                                                 "logprob": format!("{lp:.4}")});
+                    t.object_row(&LOGPROB_COLUMNS, &row);
                 }
+                t.print();
             }
+        }
+        for s in ledger.iter().flatten() {
+            print_sample_ledger(s);
         }
     }
     Ok(())
+}
+
+/// This client's samples of request `tag` in the daemon's token ledger.
+fn own_ledger(client: &mut Client, tag: u64) -> Result<Vec<serde_json::Value>, Error> {
+    let reply = client.ledger()?;
+    let doc: serde_json::Value = serde_json::from_str(&reply)
+        .map_err(|e| Error::Protocol(format!("ledger reply is not JSON: {e}")))?;
+    // Slot and generation name this connection (a slot is reused by later connections, and
+    // each connection numbers its tags from 1).
+    let (slot, generation) = (u64::from(client.slot()), u64::from(client.generation()));
+    Ok(doc["samples"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|s| {
+            s["client_slot"].as_u64() == Some(slot)
+                && s["client_generation"].as_u64() == Some(generation)
+                && s["tag"].as_u64() == Some(tag)
+        })
+        .cloned()
+        .collect())
+}
+
+/// A sample's ledger sums as a labelled line on stderr, its records as a table on stdout.
+fn print_sample_ledger(s: &serde_json::Value) {
+    let ns = |k: &str| human_duration_ns(s[k].as_f64().unwrap_or(0.0));
+    let n = |k: &str| s[k].as_u64().unwrap_or(0);
+    eprintln!(
+        "[ledger, sample {}: {} tokens | wall: {} | lag: {} | gpu: {} | host: {} | steps: {} | launches: {} | graph nodes: {} | syncs hard/policy/debug: {}/{}/{} | h2d: {} | d2h: {}]",
+        n("sample"),
+        n("tokens"),
+        ns("wall_ns"),
+        ns("lag_ns"),
+        ns("gpu_ns"),
+        ns("host_ns"),
+        n("steps"),
+        n("launches"),
+        n("graph_nodes"),
+        n("syncs_hard"),
+        n("syncs_policy"),
+        n("syncs_debug"),
+        human_bytes(n("h2d_bytes") as f64),
+        human_bytes(n("d2h_bytes") as f64),
+    );
+    println!("\n--- sample {}: token ledger ---", n("sample"));
+    let mut t = Table::new(&super::ledger::RECORD_COLUMNS[3..]);
+    for r in s["records"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+    {
+        t.object_row(&super::ledger::RECORD_COLUMNS[3..], r);
+    }
+    t.print();
 }

@@ -7,6 +7,7 @@ use clap::Args;
 use nerva_client::{Client, Error};
 
 use super::display::percentile;
+use super::table::{Column, Show, Table, col};
 
 /// Ping flags.
 #[derive(Debug, Args)]
@@ -37,6 +38,17 @@ fn summary(name: &str, mut samples: Vec<u64>) -> serde_json::Value {
         "mean_ns": mean,
     })
 }
+
+/// Columns of the round-trip table (human-scaled).
+pub const PING_COLUMNS: [Column; 7] = [
+    col("mode", Show::Text),
+    col("count", Show::Number),
+    col("min_ns", Show::Duration),
+    col("p50_ns", Show::Duration),
+    col("p90_ns", Show::Duration),
+    col("p99_ns", Show::Duration),
+    col("max_ns", Show::Duration),
+];
 
 /// Run it.
 pub fn run(socket: Option<&Path>, a: &PingArgs, as_json: bool) -> Result<(), Error> {
@@ -75,23 +87,11 @@ pub fn run(socket: Option<&Path>, a: &PingArgs, as_json: bool) -> Result<(), Err
             "NOP round trip (daemon spin window {spin_us} µs; sleep-mode pause {} µs)",
             pause.as_micros()
         );
-        println!(
-            "{:<11} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "mode", "count", "min µs", "p50 µs", "p90 µs", "p99 µs", "max µs"
-        );
+        let mut t = Table::new(&PING_COLUMNS);
         for r in [&busy, &asleep] {
-            let us = |k: &str| r[k].as_u64().unwrap_or(0) as f64 / 1000.0;
-            println!(
-                "{:<11} {:>7} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
-                r["mode"].as_str().unwrap_or(""),
-                r["count"],
-                us("min_ns"),
-                us("p50_ns"),
-                us("p90_ns"),
-                us("p99_ns"),
-                us("max_ns")
-            );
+            t.object_row(&PING_COLUMNS, r);
         }
+        t.print();
     }
     Ok(())
 }

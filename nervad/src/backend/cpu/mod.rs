@@ -87,8 +87,14 @@ pub struct CpuBackend {
     last_sample: Vec<u32>,
     /// Samples of launched, not yet collected steps (oldest first), each pre-sized.
     pending: [Vec<Option<super::SampledToken>>; 2],
+    /// Each pending step's figures (host time; the CPU has no device counters).
+    reports: [super::StepReport; 2],
     pending_len: usize,
     pending_head: usize,
+    /// Steps launched.
+    steps: u64,
+    /// Host time of the collected steps, ns.
+    host_ns: u64,
 }
 
 impl std::fmt::Debug for CpuBackend {
@@ -267,8 +273,11 @@ impl CpuBackend {
             scratch,
             last_sample: vec![0; s],
             pending: [Vec::with_capacity(s), Vec::with_capacity(s)],
+            reports: [super::StepReport::default(); 2],
             pending_len: 0,
             pending_head: 0,
+            steps: 0,
+            host_ns: 0,
         })
     }
 
@@ -675,6 +684,7 @@ impl Backend for CpuBackend {
                 self.pending_len
             )));
         }
+        let entered = std::time::Instant::now();
         self.forward(batch, out)?;
         for (seq, sample) in batch.iter().zip(&out.samples) {
             if let Some(tok) = sample {
@@ -684,6 +694,14 @@ impl Backend for CpuBackend {
         let at = (self.pending_head + self.pending_len) % self.pending.len();
         self.pending[at].clear();
         self.pending[at].extend_from_slice(&out.samples);
+        // The work is done here: the step finished when launch returns.
+        let finished = std::time::Instant::now();
+        self.reports[at] = super::StepReport {
+            host_ns: finished.duration_since(entered).as_nanos() as u64,
+            finished_at: Some(finished),
+            ..super::StepReport::default()
+        };
+        self.steps += 1;
         self.pending_len += 1;
         Ok(())
     }
@@ -697,6 +715,8 @@ impl Backend for CpuBackend {
         out.samples.clear();
         out.samples
             .extend_from_slice(&self.pending[self.pending_head]);
+        out.report = self.reports[self.pending_head];
+        self.host_ns += out.report.host_ns;
         self.pending_head = (self.pending_head + 1) % self.pending.len();
         self.pending_len -= 1;
         Ok(())
@@ -704,5 +724,13 @@ impl Backend for CpuBackend {
 
     fn in_flight(&self) -> usize {
         self.pending_len
+    }
+
+    fn stats(&self) -> super::BackendStats {
+        super::BackendStats {
+            steps: self.steps,
+            host_ns: self.host_ns,
+            ..super::BackendStats::default()
+        }
     }
 }

@@ -37,8 +37,11 @@ pub struct DriverCounters {
     pub graph_nodes: u64,
     /// Host waits on the device that the step's results require (collect).
     pub hard_syncs: u64,
-    /// Waits a policy asks for (logits copied out for dump/parity, sequence set-up).
+    /// Waits a policy asks for (logits copied out for dump/parity, sequence set-up, the
+    /// device clock's anchor).
     pub policy_syncs: u64,
+    /// Waits only a debugging setting asks for (`NERVA_CUDA_SYNC=1`).
+    pub debug_syncs: u64,
     /// Bytes copied host → device.
     pub h2d_bytes: u64,
     /// Bytes copied device → host.
@@ -254,6 +257,11 @@ impl Gpu {
         ))
     }
 
+    /// The backend's stream, for libraries that enqueue on it (cuBLAS).
+    pub fn raw_stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
     /// Make the context current on this thread (the engine thread is not the one that built
     /// the backend).
     pub fn bind(&self) -> Result<(), BackendError> {
@@ -438,6 +446,15 @@ impl Gpu {
         } else {
             self.counters.hard_syncs += 1;
         }
+        Ok(())
+    }
+
+    /// Block until the stream has passed `ev`, for debugging only (counted apart from the waits
+    /// the engine needs, so a ledger read under a debug setting says why it synced).
+    pub fn wait_debug(&mut self, ev: &Event) -> Result<(), BackendError> {
+        // SAFETY: ev is a valid, recorded event.
+        unsafe { cu::event::synchronize(ev.ev) }?;
+        self.counters.debug_syncs += 1;
         Ok(())
     }
 

@@ -33,21 +33,23 @@ macro_rules! kernel_file {
 }
 
 /// Shared headers.
-pub const HEADERS: [Source; 4] = [
+pub const HEADERS: [Source; 5] = [
     kernel_file!("common.cuh"),
     kernel_file!("kv.cuh"),
     kernel_file!("norm.cuh"),
+    kernel_file!("rope.cuh"),
     kernel_file!("activation.cuh"),
 ];
 
 /// The modules, one per op family.
-pub const MODULES: [Source; 6] = [
+pub const MODULES: [Source; 7] = [
     kernel_file!("gemv.cu"),
     kernel_file!("embedding.cu"),
     kernel_file!("rope_kv.cu"),
     kernel_file!("attention.cu"),
     kernel_file!("sampling.cu"),
     kernel_file!("bench.cu"),
+    kernel_file!("prefill.cu"),
 ];
 
 /// A compiled module.

@@ -15,8 +15,10 @@
 //! - Activations are f32 (as in the CPU reference); weights and KV stay in the checkpoint's
 //!   16-bit type; every reduction has one fixed order per output element (batch-invariant).
 
+pub mod blas;
 pub mod driver;
 pub mod kernels;
+pub mod step_ledger;
 
 use std::collections::VecDeque;
 
@@ -27,13 +29,17 @@ use super::cpu::rope::RopeTable;
 use super::sampling::{check_fork, check_start};
 use super::{
     Backend, BackendError, BackendInfo, BackendLimits, BackendOptions, MAX_TOP_LOGPROBS,
-    SampledToken, SeqStep, StepOutput, validate_step,
+    SampledToken, SeqStep, StepOutput, StepReport, validate_step,
 };
+use blas::Blas;
 use driver::{Args, DevBuf, DriverCounters, Event, Gpu, Graph, Kernel, Pinned};
+use step_ledger::{CounterMark, DeviceClock};
 
 /// Query tokens' attention span is cut into this many partial blocks per kv head (fixed, so
 /// results never depend on the batch).
 const ATTN_SPLITS: u32 = 16;
+/// Threads per attention block (`ATTN_THREADS` in kernels/attention.cu).
+const ATTN_THREADS: u32 = 256;
 /// Must match `kernels/attention.cu`.
 const ATTN_MAX_GROUP: usize = 8;
 const ATTN_MAX_DIM: usize = 256;
@@ -42,6 +48,9 @@ const SLOT_PARAMS_BYTES: usize = 48;
 const RECORD_BYTES: usize = 176;
 /// Vocabulary chunks per sampled row in `logits_prepare` (kernels/sampling.cu).
 const PREP_CHUNKS: usize = 64;
+/// Fewest prefill tokens in a step that go through cuBLAS: below, the GEMV tiles are as fast
+/// (kernels bench: cuBLAS wins from 8 tokens on, by 1.6-10x at 8).
+const GEMM_MIN_TOKENS: usize = 8;
 /// Steps that may be launched and not yet collected.
 const RING: usize = 4;
 /// Marks a decode token read from the device token ring (kernels/common.cuh).
@@ -80,6 +89,10 @@ pub struct CudaOptions {
     pub device: usize,
     /// Device memory budget.
     pub memory: GpuMemory,
+    /// Prefill projections through our GEMV kernels instead of cuBLAS: slower, but a prompt's
+    /// numbers are then bit-identical to decoding the same tokens one by one (cuBLAS rounds the
+    /// activations to 16 bits and sums in its own order).
+    pub exact_prefill: bool,
 }
 
 impl Default for CudaOptions {
@@ -87,6 +100,7 @@ impl Default for CudaOptions {
         CudaOptions {
             device: 0,
             memory: GpuMemory::Fraction(0.9),
+            exact_prefill: false,
         }
     }
 }
@@ -142,14 +156,19 @@ struct LayerBufs {
 struct Kernels {
     gemv_rms: [Kernel; 4],
     gemv_plain_add: [Kernel; 4],
-    gemv_silu_add: [Kernel; 4],
+    /// RMSNorm + gate|up (rows interleaved in pairs) + silu(gate)·up.
+    gemv_glu: [Kernel; 4],
     embed: Kernel,
     rope_append: Kernel,
     attn_split: Kernel,
     attn_combine: Kernel,
+    attn_decode: Kernel,
     prepare: Kernel,
     sample: Kernel,
     read_bandwidth: Kernel,
+    /// Prefill: projection inputs prepared and rounded for cuBLAS (rms, plain, silu).
+    to_half: [Kernel; 3],
+    add_bias: Kernel,
 }
 
 /// Byte offsets of the step metadata arrays (one upload per step).
@@ -163,6 +182,7 @@ struct MetaLayout {
     lrow_token: usize,
     lrow_seq: usize,
     lrow_sample: usize,
+    token_slot: usize,
     bytes: usize,
 }
 
@@ -182,6 +202,7 @@ impl MetaLayout {
         let lrow_token = take(tokens);
         let lrow_seq = take(tokens);
         let lrow_sample = take(tokens);
+        let token_slot = take(tokens);
         MetaLayout {
             token,
             position,
@@ -191,6 +212,7 @@ impl MetaLayout {
             lrow_token,
             lrow_seq,
             lrow_sample,
+            token_slot,
             bytes: at,
         }
     }
@@ -208,6 +230,7 @@ struct StepMetaArg {
     lrow_token: u64,
     lrow_seq: u64,
     lrow_sample: u64,
+    token_slot: u64,
 }
 
 /// The kernels' `KvGeometry` (kernels/kv.cuh).
@@ -234,9 +257,17 @@ struct Bufs {
     qkv: DevBuf,
     q: DevBuf,
     attn: DevBuf,
+    /// gate|up projection of prefill rows that went through cuBLAS (rows interleaved in pairs).
     gu: DevBuf,
+    /// silu(gate)·up, the down projection's input.
+    act: DevBuf,
     part_o: DevBuf,
     part_ml: DevBuf,
+    /// Prefill projection inputs rounded to 16 bits for cuBLAS, and its workspace.
+    xa: DevBuf,
+    blas_ws: DevBuf,
+    /// Per (token, kv head): split blocks of attn_decode done so far (back to 0 after each).
+    attn_done: DevBuf,
     logits: DevBuf,
     weights: DevBuf,
     meta: DevBuf,
@@ -256,6 +287,8 @@ struct InFlight {
     seqs: usize,
     /// Batch entries that sample (by batch index).
     sample: [bool; 1024],
+    /// The step's figures so far (its launch's share; collect adds the rest).
+    report: StepReport,
 }
 
 /// Staging of one ring entry.
@@ -280,6 +313,43 @@ pub struct CudaStats {
     pub gpu_ms: f64,
     /// Device time of the last collected step, ms.
     pub last_gpu_ms: f32,
+    /// Host time inside launch and collect of the collected steps, ns.
+    pub host_ns: u64,
+}
+
+/// The kind of a layer projection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Input {
+    /// RMSNorm of x, then the matrix; writes y (q|k|v).
+    Rms,
+    /// x as it is; adds into y (o_proj into the residual stream).
+    PlainAdd,
+    /// RMSNorm of x, then gate|up with rows interleaved in pairs. The GEMV writes silu(gate)·up
+    /// to y; the cuBLAS rows write gate|up itself to gemm_y.
+    RmsGlu,
+    /// down_proj, adding into y: the GEMV reads the activation x; the cuBLAS rows compute it
+    /// from gate|up in gemm_x.
+    GluAdd,
+}
+
+/// One layer projection: y[t] (= or +=) input(x[t]) · Wᵀ (+ bias). `gemm_x` / `gemm_y` are
+/// where the cuBLAS rows read and write (the same as x / y except for the MLP's GLU).
+#[derive(Debug, Clone, Copy)]
+struct Proj {
+    input: Input,
+    w: DevBuf,
+    bias: DevBuf,
+    x: u64,
+    x_stride: i32,
+    norm: DevBuf,
+    k: usize,
+    r: usize,
+    y: u64,
+    y_stride: i32,
+    gemm_x: u64,
+    gemm_x_stride: i32,
+    gemm_y: u64,
+    gemm_y_stride: i32,
 }
 
 /// Everything a decode graph bucket needs.
@@ -313,6 +383,17 @@ pub struct CudaBackend {
     kv_page_bytes: usize,
     arena_bytes: usize,
     stats: CudaStats,
+    /// Prefill projections on the tensor cores (None: `exact_prefill`, or no libcublas).
+    blas: Option<Blas>,
+    /// Rows of the step being enqueued from which projections go through cuBLAS.
+    gemm_from: Option<usize>,
+    /// Where the next step's share of the driver counters starts (`step_ledger`).
+    mark: CounterMark,
+    /// Device event times on the host clock (when a step finished).
+    clock: DeviceClock,
+    /// `NERVA_CUDA_SYNC=1`: wait for every step at launch (asynchronous errors surface at the
+    /// step that caused them, as with `CUDA_LAUNCH_BLOCKING`), counted as debug syncs.
+    sync_each_step: bool,
     /// Last: dropped after every handle above that belongs to its context.
     gpu: Gpu,
 }
@@ -323,6 +404,18 @@ impl std::fmt::Debug for CudaBackend {
             .field("device", &self.device_name)
             .field("limits", &self.limits)
             .finish()
+    }
+}
+
+/// `out` = rows of `a` and `b` (each `row` bytes, equally many, an even count) interleaved in
+/// pairs: a0 a1 b0 b1 a2 a3 b2 b3 ...
+fn interleave_pairs(a: &[u8], b: &[u8], row: usize, out: &mut Vec<u8>) {
+    debug_assert_eq!(a.len(), b.len());
+    out.clear();
+    out.reserve(2 * a.len());
+    for (pa, pb) in a.chunks(2 * row).zip(b.chunks(2 * row)) {
+        out.extend_from_slice(pa);
+        out.extend_from_slice(pb);
     }
 }
 
@@ -407,6 +500,7 @@ impl CudaBackend {
         for (what, k) in [
             ("hidden_size", h),
             ("q_dim", qd),
+            // (Also makes gate|up's row count divisible into the GLU's pairs.)
             ("intermediate_size", inter),
         ] {
             if !k.is_multiple_of(8) {
@@ -538,8 +632,12 @@ impl CudaBackend {
             t * qd * 4,                             // q
             t * qd * 4,                             // attn
             t * 2 * inter * 4,                      // gu
+            t * inter * 4,                          // act
             t * c.num_attention_heads * z * hd * 4, // part_o
             t * c.num_attention_heads * z * 2 * 4,  // part_ml
+            t * c.num_key_value_heads * 4,          // attn_done
+            t * h.max(qd).max(inter) * wb,          // xa
+            blas::WORKSPACE_BYTES,                  // cuBLAS workspace
             s * vocab * 4,                          // logits
             s * vocab * 4,                          // sampling weights
             meta.bytes,                             // meta
@@ -584,6 +682,7 @@ impl CudaBackend {
         // Carve and upload, in plan order.
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut weight_bytes = 0usize;
+        let mut pair_rows = Vec::new();
         for (i, l) in weights.layers.iter().enumerate() {
             let sz = layer_sizes(l);
             let mut carve = |n: usize| -> Result<DevBuf, BackendError> {
@@ -645,18 +744,27 @@ impl CudaBackend {
             if let Some(b) = &a.o_proj.bias {
                 gpu.upload(lb.o_bias.ptr, f32_bytes(&b.to_f32_vec()))?;
             }
-            gpu.upload(lb.gate_up.ptr, m.gate_proj.weight.bytes())?;
-            gpu.upload(
-                lb.gate_up.at(m.gate_proj.weight.bytes().len()),
+            // gate|up with rows interleaved in pairs (gate 2i, 2i+1, up 2i, 2i+1): one
+            // projection block then holds both halves of two outputs (kernels/gemv.cu GLU).
+            interleave_pairs(
+                m.gate_proj.weight.bytes(),
                 m.up_proj.weight.bytes(),
-            )?;
+                h * wb,
+                &mut pair_rows,
+            );
+            gpu.upload(lb.gate_up.ptr, &pair_rows)?;
             if lb.gate_up_bias.bytes > 0 {
                 let (Some(g), Some(u)) = (&m.gate_proj.bias, &m.up_proj.bias) else {
                     return Err(unsupported(p("gate/up biases: one but not both")));
                 };
-                let mut bias = g.to_f32_vec();
-                bias.extend(u.to_f32_vec());
-                gpu.upload(lb.gate_up_bias.ptr, f32_bytes(&bias))?;
+                let mut bias = Vec::new();
+                interleave_pairs(
+                    f32_bytes(&g.to_f32_vec()),
+                    f32_bytes(&u.to_f32_vec()),
+                    4,
+                    &mut bias,
+                );
+                gpu.upload(lb.gate_up_bias.ptr, &bias)?;
             }
             gpu.upload(lb.down.ptr, m.down_proj.weight.bytes())?;
             if let Some(b) = &m.down_proj.bias {
@@ -706,8 +814,12 @@ impl CudaBackend {
         let q = carve_next()?;
         let attn = carve_next()?;
         let gu = carve_next()?;
+        let act = carve_next()?;
         let part_o = carve_next()?;
         let part_ml = carve_next()?;
+        let attn_done = carve_next()?;
+        let xa = carve_next()?;
+        let blas_ws = carve_next()?;
         let logits = carve_next()?;
         let weights_buf = carve_next()?;
         let meta_buf = carve_next()?;
@@ -732,8 +844,12 @@ impl CudaBackend {
             q,
             attn,
             gu,
+            act,
             part_o,
             part_ml,
+            attn_done,
+            xa,
+            blas_ws,
             logits,
             weights: weights_buf,
             meta: meta_buf,
@@ -754,6 +870,8 @@ impl CudaBackend {
             q,
             attn,
             gu,
+            act,
+            attn_done,
             tables,
             counts,
             prompt_bits,
@@ -768,15 +886,31 @@ impl CudaBackend {
         let dt = if dtype == DType::BF16 { "bf16" } else { "f16" };
         for m in &compiled {
             let names: Vec<String> = match m.name {
-                "gemv.cu" => ["rms", "plain_add", "silu_add"]
+                "gemv.cu" => ["rms", "plain_add", "glu"]
                     .iter()
                     .flat_map(|mode| [1, 2, 4, 8].map(|t| format!("gemv_{mode}_{dt}_t{t}")))
                     .collect(),
                 "embedding.cu" => vec![format!("embed_{dt}")],
                 "rope_kv.cu" => vec![format!("rope_append_{dt}")],
-                "attention.cu" => vec![format!("attn_split_{dt}"), "attn_combine".into()],
+                "attention.cu" => {
+                    // Head dimensions with a compiled-in size, else the general kernels.
+                    let d = match c.head_dim {
+                        64 | 128 | 256 => format!("_d{}", c.head_dim),
+                        _ => String::new(),
+                    };
+                    vec![
+                        format!("attn_split_{dt}{d}"),
+                        format!("attn_combine_{dt}{d}"),
+                        format!("attn_decode_{dt}{d}"),
+                    ]
+                }
                 "sampling.cu" => vec!["logits_prepare".into(), "sample_rows".into()],
                 "bench.cu" => vec!["read_bandwidth".into()],
+                "prefill.cu" => ["rms", "plain", "glu"]
+                    .iter()
+                    .map(|m| format!("to_half_{m}_{dt}"))
+                    .chain(["add_bias".to_string()])
+                    .collect(),
                 other => return Err(BackendError::Device(format!("unexpected module {other}"))),
             };
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -786,14 +920,32 @@ impl CudaBackend {
         let k = Kernels {
             gemv_rms: [g[0], g[1], g[2], g[3]],
             gemv_plain_add: [g[4], g[5], g[6], g[7]],
-            gemv_silu_add: [g[8], g[9], g[10], g[11]],
+            gemv_glu: [g[8], g[9], g[10], g[11]],
             embed: module_kernels[1][0],
             rope_append: module_kernels[2][0],
             attn_split: module_kernels[3][0],
             attn_combine: module_kernels[3][1],
+            attn_decode: module_kernels[3][2],
             prepare: module_kernels[4][0],
             sample: module_kernels[4][1],
             read_bandwidth: module_kernels[5][0],
+            to_half: [
+                module_kernels[6][0],
+                module_kernels[6][1],
+                module_kernels[6][2],
+            ],
+            add_bias: module_kernels[6][3],
+        };
+        let blas = if cuda.exact_prefill {
+            None
+        } else if !Blas::present() {
+            tracing::warn!(
+                "libcublas not found: prefill projections run on the GEMV kernels (slower \
+                 prompts); add the CUDA toolkit's lib64 to the loader path for cuBLAS"
+            );
+            None
+        } else {
+            Some(Blas::new(&gpu, bufs.blas_ws, dtype)?)
         };
 
         let mut stages = Vec::with_capacity(RING);
@@ -808,6 +960,7 @@ impl CudaBackend {
         }
         let logits_stage = gpu.pinned(s * vocab * 4)?;
         gpu.synchronize()?;
+        let clock = DeviceClock::new(&mut gpu)?;
 
         let limits = BackendLimits {
             max_seqs: s,
@@ -845,9 +998,16 @@ impl CudaBackend {
             kv_page_bytes: page_bytes,
             arena_bytes,
             stats: CudaStats::default(),
+            blas,
+            gemm_from: None,
+            mark: CounterMark::new(DriverCounters::default()),
+            clock,
+            sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
             gpu,
         };
         backend.capture_buckets()?;
+        // Start-up work (weights, capture) belongs to no step.
+        backend.mark = CounterMark::new(backend.gpu.counters);
         tracing::info!(
             device = %backend.device_name,
             arena_gib = gib(arena_bytes),
@@ -954,6 +1114,7 @@ impl CudaBackend {
             lrow_token: b.at(m.lrow_token),
             lrow_seq: b.at(m.lrow_seq),
             lrow_sample: b.at(m.lrow_sample),
+            token_slot: b.at(m.token_slot),
         }
     }
 
@@ -1009,18 +1170,88 @@ impl CudaBackend {
         }
     }
 
+    /// A layer projection over the step's `t` tokens: token rows from `gemm_from` on (a
+    /// prefill block of at least GEMM_MIN_TOKENS) through cuBLAS, with the input prepared and
+    /// rounded to 16 bits by to_half; the rest through the GEMV kernels.
+    fn project(&mut self, p: Proj, t: usize) -> Result<(), BackendError> {
+        let split = match (self.gemm_from, &self.blas) {
+            (Some(d), Some(_)) if t - d >= GEMM_MIN_TOKENS => d,
+            _ => t,
+        };
+        let (family, half) = match p.input {
+            Input::Rms => (self.k.gemv_rms, self.k.to_half[0]),
+            Input::PlainAdd => (self.k.gemv_plain_add, self.k.to_half[1]),
+            Input::RmsGlu => (self.k.gemv_glu, self.k.to_half[0]),
+            Input::GluAdd => (self.k.gemv_plain_add, self.k.to_half[2]),
+        };
+        if split > 0 {
+            self.gemv(
+                family, p.w, p.bias, p.x, p.x_stride, 0, p.norm, p.k, p.r, split, p.y, p.y_stride,
+            )?;
+        }
+        if split == t {
+            return Ok(());
+        }
+        let m = t - split;
+        let eps = self.config.rms_norm_eps as f32;
+        let (t0, k_i, r_i) = (split as i32, p.k as i32, p.r as i32);
+        let xa = self.bufs.xa.ptr;
+        // SAFETY: to_half_*(const float* x, int x_stride, int t0, const float* norm, float eps,
+        // int K, W* out): rows t0..t0+m of x exist (m ≤ max_step_tokens), out (xa) holds
+        // max_step_tokens × max(K) 16-bit values, norm is K floats or unused.
+        unsafe {
+            self.gpu.launch(
+                half,
+                (m as u32, 1, 1),
+                256,
+                Args::new()
+                    .arg(&p.gemm_x)
+                    .arg(&p.gemm_x_stride)
+                    .arg(&t0)
+                    .arg(&p.norm.ptr)
+                    .arg(&eps)
+                    .arg(&k_i)
+                    .arg(&xa),
+            )
+        }?;
+        let y_stride = p.gemm_y_stride as usize;
+        let y = p.gemm_y + (split * y_stride * 4) as u64;
+        let accumulate = matches!(p.input, Input::PlainAdd | Input::GluAdd);
+        let blas = self.blas.as_mut().expect("split only with cuBLAS");
+        // SAFETY: xa holds m × K prepared inputs, w is R × K weights, y rows split..t of
+        // y_stride floats lie in an activation buffer, which overlaps neither.
+        unsafe { blas.gemm(xa, p.w.ptr, m, p.r, p.k, y, y_stride, accumulate) }?;
+        // A cuBLAS GEMM counts as one launch (it runs one or more kernels of its own), so the
+        // step ledger charges it to the step that enqueued it.
+        self.gpu.counters.launches += 1;
+        if p.bias.ptr != 0 {
+            // SAFETY: add_bias(float* y, int y_stride, int t0, const float* bias, int R): rows
+            // t0..t0+m of y, bias R floats.
+            unsafe {
+                self.gpu.launch(
+                    self.k.add_bias,
+                    (m as u32, 1, 1),
+                    256,
+                    Args::new()
+                        .arg(&p.gemm_y)
+                        .arg(&p.gemm_y_stride)
+                        .arg(&t0)
+                        .arg(&p.bias.ptr)
+                        .arg(&r_i),
+                )
+            }?;
+        }
+        Ok(())
+    }
+
     /// Enqueue the forward pass of `t` tokens through the last hidden state (no LM head).
-    fn enqueue_layers(&mut self, t: usize) -> Result<(), BackendError> {
+    /// `one_per_seq`: every token belongs to a different sequence (decode steps), so attention
+    /// runs as the single fused kernel.
+    fn enqueue_layers(&mut self, t: usize, one_per_seq: bool) -> Result<(), BackendError> {
         let c = self.config.clone();
         let (h, qd, kvd, inter) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
-        let (heads, kv_heads, hd) = (
-            c.num_attention_heads as i32,
-            c.num_key_value_heads as i32,
-            c.head_dim as i32,
-        );
         let meta = self.meta_arg();
         let b = self.bufs;
-        let eps = c.rms_norm_eps as f32;
         let hidden = h as i32;
         let vocab = c.vocab_size as u32;
         // SAFETY: embed_*(StepMeta, const u32* sampled, const W* table, u32 vocab, int hidden,
@@ -1042,68 +1273,130 @@ impl CudaBackend {
             )
         }?;
         let qkv_w = (qd + 2 * kvd) as i32;
+        for li in 0..c.num_hidden_layers {
+            let l = self.layers[li];
+            self.project(
+                Proj {
+                    input: Input::Rms,
+                    w: l.qkv,
+                    bias: l.qkv_bias,
+                    x: b.x.ptr,
+                    x_stride: hidden,
+                    norm: l.in_norm,
+                    k: h,
+                    r: qd + 2 * kvd,
+                    y: b.qkv.ptr,
+                    y_stride: qkv_w,
+                    gemm_x: b.x.ptr,
+                    gemm_x_stride: hidden,
+                    gemm_y: b.qkv.ptr,
+                    gemm_y_stride: qkv_w,
+                },
+                t,
+            )?;
+            self.enqueue_attention(li, t, one_per_seq)?;
+            self.project(
+                Proj {
+                    input: Input::PlainAdd,
+                    w: l.o,
+                    bias: l.o_bias,
+                    x: b.attn.ptr,
+                    x_stride: qd as i32,
+                    norm: DevBuf::NULL,
+                    k: qd,
+                    r: h,
+                    y: b.x.ptr,
+                    y_stride: hidden,
+                    gemm_x: b.attn.ptr,
+                    gemm_x_stride: qd as i32,
+                    gemm_y: b.x.ptr,
+                    gemm_y_stride: hidden,
+                },
+                t,
+            )?;
+            self.project(
+                Proj {
+                    input: Input::RmsGlu,
+                    w: l.gate_up,
+                    bias: l.gate_up_bias,
+                    x: b.x.ptr,
+                    x_stride: hidden,
+                    norm: l.post_norm,
+                    k: h,
+                    r: 2 * inter,
+                    y: b.act.ptr,
+                    y_stride: inter as i32,
+                    gemm_x: b.x.ptr,
+                    gemm_x_stride: hidden,
+                    gemm_y: b.gu.ptr,
+                    gemm_y_stride: (2 * inter) as i32,
+                },
+                t,
+            )?;
+            self.project(
+                Proj {
+                    input: Input::GluAdd,
+                    w: l.down,
+                    bias: l.down_bias,
+                    x: b.act.ptr,
+                    x_stride: inter as i32,
+                    norm: DevBuf::NULL,
+                    k: inter,
+                    r: h,
+                    y: b.x.ptr,
+                    y_stride: hidden,
+                    gemm_x: b.gu.ptr,
+                    gemm_x_stride: (2 * inter) as i32,
+                    gemm_y: b.x.ptr,
+                    gemm_y_stride: hidden,
+                },
+                t,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Layer `li`'s attention for `t` tokens, from the q|k|v projection in `qkv` to the heads'
+    /// outputs in `attn`: the fused attn_decode when each token is its sequence's only one,
+    /// else rope_append (every key and value of the step in the pool first), attn_split and
+    /// attn_combine. Both give the same bits.
+    fn enqueue_attention(
+        &mut self,
+        li: usize,
+        t: usize,
+        one_per_seq: bool,
+    ) -> Result<(), BackendError> {
+        let c = &self.config;
+        let (heads, kv_heads, hd) = (
+            c.num_attention_heads as i32,
+            c.num_key_value_heads as i32,
+            c.head_dim as i32,
+        );
+        let eps = c.rms_norm_eps as f32;
         let window = c.sliding_window.unwrap_or(0) as i32;
         let scale = 1.0f32 / (c.head_dim as f32).sqrt();
-        let splits = ATTN_SPLITS as i32;
         // One warp per head (q, k and v heads) in a single pass where 1024 threads allow.
         let rope_threads =
             (32 * (c.num_attention_heads + 2 * c.num_key_value_heads)).min(1024) as u32;
-        for li in 0..c.num_hidden_layers {
-            let l = self.layers[li];
-            self.gemv(
-                self.k.gemv_rms,
-                l.qkv,
-                l.qkv_bias,
-                b.x.ptr,
-                hidden,
-                0,
-                l.in_norm,
-                h,
-                qd + 2 * kvd,
-                t,
-                b.qkv.ptr,
-                qkv_w,
-            )?;
-            let geo = self.geometry(li);
-            // SAFETY: rope_append_*(StepMeta, const float* qkv, float* q_out, KV* kv,
-            // const int* tables, KvGeometry, int heads, int kv_heads, int head_dim,
+        let meta = self.meta_arg();
+        let b = self.bufs;
+        let l = self.layers[li];
+        let geo = self.geometry(li);
+        if one_per_seq {
+            // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
+            // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
             // const float* q_norm, const float* k_norm, float eps, const float* cos,
-            // const float* sin): positions < max_context (validated) index the rope tables and
-            // the block tables cover them (validated), so every KV write lands in the pool.
-            unsafe {
+            // const float* sin, float* part_o, float* part_ml, int* done, float* out): as
+            // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters
+            // (zero between launches); out holds max_step_tokens × q_dim floats.
+            return unsafe {
                 self.gpu.launch(
-                    self.k.rope_append,
-                    (t as u32, 1, 1),
-                    rope_threads,
+                    self.k.attn_decode,
+                    (t as u32, kv_heads as u32, ATTN_SPLITS),
+                    ATTN_THREADS,
                     Args::new()
                         .arg(&meta)
                         .arg(&b.qkv.ptr)
-                        .arg(&b.q.ptr)
-                        .arg(&b.kv.ptr)
-                        .arg(&b.tables.ptr)
-                        .arg(&geo)
-                        .arg(&heads)
-                        .arg(&kv_heads)
-                        .arg(&hd)
-                        .arg(&l.q_norm.ptr)
-                        .arg(&l.k_norm.ptr)
-                        .arg(&eps)
-                        .arg(&b.cos.ptr)
-                        .arg(&b.sin.ptr),
-                )
-            }?;
-            // SAFETY: attn_split_*(StepMeta, const float* q, const KV* kv, const int* tables,
-            // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
-            // float* part_o, float* part_ml): partial buffers hold max_step_tokens × heads ×
-            // ATTN_SPLITS entries; reads stay within positions the block tables cover.
-            unsafe {
-                self.gpu.launch(
-                    self.k.attn_split,
-                    (t as u32, kv_heads as u32, ATTN_SPLITS),
-                    128,
-                    Args::new()
-                        .arg(&meta)
-                        .arg(&b.q.ptr)
                         .arg(&b.kv.ptr)
                         .arg(&b.tables.ptr)
                         .arg(&geo)
@@ -1112,71 +1405,87 @@ impl CudaBackend {
                         .arg(&hd)
                         .arg(&window)
                         .arg(&scale)
-                        .arg(&b.part_o.ptr)
-                        .arg(&b.part_ml.ptr),
-                )
-            }?;
-            // SAFETY: attn_combine(StepMeta, const float* part_o, const float* part_ml,
-            // int heads, int head_dim, int splits, float* out): same partial layout; out holds
-            // max_step_tokens × q_dim floats.
-            unsafe {
-                self.gpu.launch(
-                    self.k.attn_combine,
-                    (t as u32, heads as u32, 1),
-                    128,
-                    Args::new()
-                        .arg(&meta)
+                        .arg(&l.q_norm.ptr)
+                        .arg(&l.k_norm.ptr)
+                        .arg(&eps)
+                        .arg(&b.cos.ptr)
+                        .arg(&b.sin.ptr)
                         .arg(&b.part_o.ptr)
                         .arg(&b.part_ml.ptr)
-                        .arg(&heads)
-                        .arg(&hd)
-                        .arg(&splits)
+                        .arg(&b.attn_done.ptr)
                         .arg(&b.attn.ptr),
                 )
-            }?;
-            self.gemv(
-                self.k.gemv_plain_add,
-                l.o,
-                l.o_bias,
-                b.attn.ptr,
-                qd as i32,
-                0,
-                DevBuf::NULL,
-                qd,
-                h,
-                t,
-                b.x.ptr,
-                hidden,
-            )?;
-            self.gemv(
-                self.k.gemv_rms,
-                l.gate_up,
-                l.gate_up_bias,
-                b.x.ptr,
-                hidden,
-                0,
-                l.post_norm,
-                h,
-                2 * inter,
-                t,
-                b.gu.ptr,
-                (2 * inter) as i32,
-            )?;
-            self.gemv(
-                self.k.gemv_silu_add,
-                l.down,
-                l.down_bias,
-                b.gu.ptr,
-                (2 * inter) as i32,
-                0,
-                DevBuf::NULL,
-                inter,
-                h,
-                t,
-                b.x.ptr,
-                hidden,
-            )?;
+            };
         }
+        // SAFETY: rope_append_*(StepMeta, const float* qkv, float* q_out, KV* kv,
+        // const int* tables, KvGeometry, int heads, int kv_heads, int head_dim,
+        // const float* q_norm, const float* k_norm, float eps, const float* cos,
+        // const float* sin): positions < max_context (validated) index the rope tables and
+        // the block tables cover them (validated), so every KV write lands in the pool.
+        unsafe {
+            self.gpu.launch(
+                self.k.rope_append,
+                (t as u32, 1, 1),
+                rope_threads,
+                Args::new()
+                    .arg(&meta)
+                    .arg(&b.qkv.ptr)
+                    .arg(&b.q.ptr)
+                    .arg(&b.kv.ptr)
+                    .arg(&b.tables.ptr)
+                    .arg(&geo)
+                    .arg(&heads)
+                    .arg(&kv_heads)
+                    .arg(&hd)
+                    .arg(&l.q_norm.ptr)
+                    .arg(&l.k_norm.ptr)
+                    .arg(&eps)
+                    .arg(&b.cos.ptr)
+                    .arg(&b.sin.ptr),
+            )
+        }?;
+        // SAFETY: attn_split_*(StepMeta, const float* q, const KV* kv, const int* tables,
+        // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
+        // float* part_o, float* part_ml): partial buffers hold max_step_tokens × heads ×
+        // ATTN_SPLITS entries; reads stay within positions the block tables cover.
+        unsafe {
+            self.gpu.launch(
+                self.k.attn_split,
+                (t as u32, kv_heads as u32, ATTN_SPLITS),
+                ATTN_THREADS,
+                Args::new()
+                    .arg(&meta)
+                    .arg(&b.q.ptr)
+                    .arg(&b.kv.ptr)
+                    .arg(&b.tables.ptr)
+                    .arg(&geo)
+                    .arg(&heads)
+                    .arg(&kv_heads)
+                    .arg(&hd)
+                    .arg(&window)
+                    .arg(&scale)
+                    .arg(&b.part_o.ptr)
+                    .arg(&b.part_ml.ptr),
+            )
+        }?;
+        // SAFETY: attn_combine_*(StepMeta, const float* part_o, const float* part_ml,
+        // int heads, int kv_heads, int head_dim, float* out): same partial layout; out holds
+        // max_step_tokens × q_dim floats.
+        unsafe {
+            self.gpu.launch(
+                self.k.attn_combine,
+                (t as u32, kv_heads as u32, 1),
+                ATTN_THREADS,
+                Args::new()
+                    .arg(&meta)
+                    .arg(&b.part_o.ptr)
+                    .arg(&b.part_ml.ptr)
+                    .arg(&heads)
+                    .arg(&kv_heads)
+                    .arg(&hd)
+                    .arg(&b.attn.ptr),
+            )
+        }?;
         Ok(())
     }
 
@@ -1274,7 +1583,7 @@ impl CudaBackend {
             let before = self.gpu.counters.launches;
             self.gpu.begin_capture()?;
             let body = self
-                .enqueue_layers(seqs)
+                .enqueue_layers(seqs, true)
                 .and_then(|()| self.enqueue_head(0, seqs, false));
             let graph = self.gpu.end_capture(before);
             body?;
@@ -1340,17 +1649,34 @@ impl CudaBackend {
 
     /// Fill the next staging entry's metadata for `batch`, padded to `pad_tokens` tokens and
     /// `pad_rows` logit rows. Returns (tokens, rows, wants logits).
-    fn fill_meta(&mut self, batch: &[SeqStep<'_>], pad_tokens: usize) -> (usize, usize, bool) {
+    /// Step metadata into the next staging entry: (tokens, logit rows, any logits wanted,
+    /// single-token entries — their tokens come first).
+    fn fill_meta(
+        &mut self,
+        batch: &[SeqStep<'_>],
+        pad_tokens: usize,
+    ) -> (usize, usize, bool, usize) {
         let m = self.meta;
         let stage = &mut self.stages[self.next_stage];
         let buf = stage.meta.bytes_mut();
-        let mut t = 0usize;
+        // Single-token entries (decode) take token rows 0..singles, prefill chunks the rest, so
+        // a step's prefill rows are one block for cuBLAS. Logit rows stay in batch order.
+        let singles = batch.iter().filter(|s| s.tokens.len() == 1).count();
+        let (mut next_single, mut next_chunk) = (0usize, singles);
         let mut rows = 0usize;
         let mut want = false;
         for (i, seq) in batch.iter().enumerate() {
             put_u32(buf, m.seq_slot, i, seq.slot);
             let n = seq.tokens.len();
+            let first = if n == 1 {
+                next_single += 1;
+                next_single - 1
+            } else {
+                next_chunk += n;
+                next_chunk - n
+            };
             for (k, &tok) in seq.tokens.iter().enumerate() {
+                let t = first + k;
                 let id = if seq.from_last_sample && n == 1 {
                     FROM_SLOT | seq.slot
                 } else {
@@ -1359,6 +1685,7 @@ impl CudaBackend {
                 put_u32(buf, m.token, t, id);
                 put_u32(buf, m.position, t, seq.start_pos + k as u32);
                 put_u32(buf, m.token_seq, t, i as u32);
+                put_u32(buf, m.token_slot, t, seq.slot);
                 let last = k + 1 == n;
                 if seq.want_logits || (last && seq.sample) {
                     put_u32(buf, m.lrow_token, rows, t as u32);
@@ -1366,10 +1693,10 @@ impl CudaBackend {
                     put_u32(buf, m.lrow_sample, rows, u32::from(last && seq.sample));
                     rows += 1;
                 }
-                t += 1;
             }
             want |= seq.want_logits;
         }
+        let t = next_chunk;
         // Padding entries of a graph bucket: valid indices, never acted on (counts say so).
         for p in t..pad_tokens {
             put_u32(buf, m.token, p, 0);
@@ -1378,6 +1705,7 @@ impl CudaBackend {
             put_u32(buf, m.lrow_token, p, 0);
             put_u32(buf, m.lrow_seq, p, 0);
             put_u32(buf, m.lrow_sample, p, 0);
+            put_u32(buf, m.token_slot, p, 0);
         }
         for p in batch.len()..pad_tokens.min(self.limits.max_seqs) {
             put_u32(buf, m.seq_slot, p, 0);
@@ -1385,7 +1713,7 @@ impl CudaBackend {
         put_u32(buf, m.counts, 0, t as u32);
         put_u32(buf, m.counts, 1, batch.len() as u32);
         put_u32(buf, m.counts, 2, rows as u32);
-        (t, rows, want)
+        (t, rows, want, singles)
     }
 }
 
@@ -1504,6 +1832,7 @@ impl Backend for CudaBackend {
 
     fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
         validate_step(&self.limits, self.config.vocab_size, batch)?;
+        let entered = std::time::Instant::now();
         if self.in_flight.len() >= RING {
             return Err(BackendError::Limits(format!(
                 "{RING} steps already launched and not collected"
@@ -1520,7 +1849,7 @@ impl Backend for CudaBackend {
             None
         };
         let pad = bucket.map_or(0, |b| self.buckets[b].seqs);
-        let (tokens, rows, want_logits) = self.fill_meta(batch, pad);
+        let (tokens, rows, want_logits, singles) = self.fill_meta(batch, pad);
         let ring = self.next_stage;
         self.next_stage = (self.next_stage + 1) % RING;
         let meta_bytes = self.meta.bytes;
@@ -1535,7 +1864,11 @@ impl Backend for CudaBackend {
             self.gpu.replay(&self.buckets[b].graph)?;
             self.stats.graph_steps += 1;
         } else {
-            self.enqueue_layers(tokens)?;
+            let one_per_seq = singles == batch.len();
+            self.gemm_from = (!one_per_seq).then_some(singles);
+            let layers = self.enqueue_layers(tokens, one_per_seq);
+            self.gemm_from = None;
+            layers?;
             let chunk = self.limits.max_seqs;
             let mut base = 0;
             while base < rows {
@@ -1578,16 +1911,28 @@ impl Backend for CudaBackend {
         self.gpu
             .download(&mut self.stages[ring].records, 0..seqs * RECORD_BYTES, recs)?;
         self.gpu.record(&self.stages[ring].end)?;
+        if self.sync_each_step {
+            self.gpu.wait_debug(&self.stages[ring].end)?;
+        }
         let mut sample = [false; 1024];
         for (i, s) in batch.iter().enumerate() {
             sample[i] = s.sample;
         }
-        self.in_flight.push_back(InFlight { ring, seqs, sample });
+        let mut report = StepReport::default();
+        self.mark.charge(self.gpu.counters, &mut report);
+        report.host_ns = entered.elapsed().as_nanos() as u64;
+        self.in_flight.push_back(InFlight {
+            ring,
+            seqs,
+            sample,
+            report,
+        });
         self.stats.steps += 1;
         Ok(())
     }
 
     fn collect(&mut self, out: &mut StepOutput) -> Result<(), BackendError> {
+        let entered = std::time::Instant::now();
         let Some(step) = self.in_flight.pop_front() else {
             return Err(BackendError::InvalidInput(
                 "collect without a launched step".into(),
@@ -1600,6 +1945,18 @@ impl Backend for CudaBackend {
             .elapsed_ms(&self.stages[step.ring].start, &self.stages[step.ring].end)?;
         self.stats.gpu_ms += f64::from(ms);
         self.stats.last_gpu_ms = ms;
+        let finished_at = self
+            .clock
+            .host_time(&self.gpu, &self.stages[step.ring].end)?;
+        self.clock
+            .renew_if_idle(&mut self.gpu, self.in_flight.is_empty())?;
+        let mut report = step.report;
+        self.mark.charge(self.gpu.counters, &mut report);
+        report.gpu_ns = (f64::from(ms) * 1e6) as u64;
+        report.finished_at = Some(finished_at);
+        report.host_ns += entered.elapsed().as_nanos() as u64;
+        self.stats.host_ns += report.host_ns;
+        out.report = report;
         out.samples.clear();
         let records = self.stages[step.ring].records.bytes();
         let word = |rec: usize, i: usize| {
@@ -1650,11 +2007,13 @@ impl Backend for CudaBackend {
             graph_nodes: d.graph_nodes,
             hard_syncs: d.hard_syncs,
             policy_syncs: d.policy_syncs,
+            debug_syncs: d.debug_syncs,
             h2d_bytes: d.h2d_bytes,
             d2h_bytes: d.d2h_bytes,
             device_allocs: d.device_allocs,
             pinned_allocs: d.pinned_allocs,
             gpu_ms: self.stats.gpu_ms,
+            host_ns: self.stats.host_ns,
         }
     }
 }

@@ -79,12 +79,32 @@ pub struct GeneratedTensor {
     spec: TensorSpec,
     dtype: DType,
     seed: u64,
+    /// Every entry is multiplied by this (1 but for the demo model's final norm).
+    scale: f64,
 }
 
 impl GeneratedTensor {
     /// The tensor `spec` in `dtype`, drawn from the stream of `seed`.
     pub fn new(spec: TensorSpec, dtype: DType, seed: u64) -> Self {
-        GeneratedTensor { spec, dtype, seed }
+        GeneratedTensor {
+            spec,
+            dtype,
+            seed,
+            scale: 1.0,
+        }
+    }
+
+    /// The same draws multiplied by `factor` (a power of two keeps them exact in every dtype).
+    pub fn scaled(self, factor: f64) -> Self {
+        GeneratedTensor {
+            scale: self.scale * factor,
+            ..self
+        }
+    }
+
+    /// The tensor's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
     }
 
     fn numel(&self) -> usize {
@@ -98,6 +118,7 @@ impl GeneratedTensor {
         let size = self.dtype.size();
         let mut out = vec![0u8; self.numel() * size];
         let (mean, std) = distribution(self.spec.role);
+        let (mean, std) = (mean * self.scale, std * self.scale);
         let tensor_seed = mix(self.seed ^ fnv1a(self.spec.name.as_bytes()));
         let dtype = self.dtype;
         let fill = |group: Vec<(usize, &mut [u8])>| {

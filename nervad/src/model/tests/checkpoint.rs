@@ -313,3 +313,116 @@ fn preset_names_round_trip() {
         16
     );
 }
+
+#[test]
+fn the_demo_model_is_flatter_with_the_same_greedy_tokens() {
+    use crate::engine::api::{
+        ClientId, EngineEvent, EventSink, GenerateRequest, InferenceEngine, Prompt, RequestKey,
+        SamplingParams, StopConditions,
+    };
+    use crate::engine::{Engine, EngineModel, EngineOptions};
+    use crate::model::generate::{DEMO_FINAL_NORM_SCALE, make_checkpoint_scaled};
+
+    let root = TempDir::new("demo");
+    let plain = root.path().join("plain");
+    let demo = root.path().join("demo");
+    make_checkpoint(Preset::Tiny, &plain, 0, None).unwrap();
+    make_checkpoint_scaled(Preset::Tiny, &demo, 0, None, DEMO_FINAL_NORM_SCALE).unwrap();
+    let p = LoadedModel::load(&plain).unwrap();
+    let d = LoadedModel::load(&demo).unwrap();
+    // Only the final norm differs, by exactly the factor (a power of two).
+    assert_eq!(
+        p.weights.embed_tokens.bytes(),
+        d.weights.embed_tokens.bytes()
+    );
+    let (pn, dn) = (p.weights.norm.to_f32_vec(), d.weights.norm.to_f32_vec());
+    assert!(
+        pn.iter()
+            .zip(&dn)
+            .all(|(a, b)| *b == *a * DEMO_FINAL_NORM_SCALE as f32)
+    );
+
+    struct Tokens(Vec<u32>);
+    impl EventSink for Tokens {
+        fn emit(&mut self, event: EngineEvent<'_>) {
+            if let EngineEvent::Tokens { ids, .. } = event {
+                self.0.extend_from_slice(ids);
+            }
+        }
+    }
+    let run = |model: LoadedModel, temperature: f32, seeds: &[u64]| -> Vec<Vec<u32>> {
+        let options = EngineOptions {
+            max_batch: 4,
+            kv_budget_bytes: 16 << 20,
+            threads: 1,
+            ..EngineOptions::default()
+        };
+        let mut e = Engine::with_cpu_backend(EngineModel::from_loaded(model), options).unwrap();
+        seeds
+            .iter()
+            .map(|&seed| {
+                let mut sink = Tokens(Vec::new());
+                e.submit(GenerateRequest {
+                    key: RequestKey {
+                        client: ClientId {
+                            slot: 0,
+                            generation: 0,
+                        },
+                        tag: seed,
+                    },
+                    prompt: Prompt::Text("Once upon a time".into()),
+                    // The demo's sampling (nervactl demo): temperature 0.8, top-p 0.95.
+                    sampling: SamplingParams {
+                        temperature,
+                        top_p: 0.95,
+                        seed,
+                        ..SamplingParams::default()
+                    },
+                    max_tokens: 24,
+                    stop: StopConditions {
+                        ignore_eos: true,
+                        ..StopConditions::default()
+                    },
+                    n_samples: 1,
+                    priority: 0,
+                    received_at: std::time::Instant::now(),
+                })
+                .unwrap();
+                while e.step(&mut sink) {}
+                sink.0
+            })
+            .collect()
+    };
+    // Logits scaled alike: greedy decoding cannot tell the models apart.
+    assert_eq!(
+        run(LoadedModel::load(&plain).unwrap(), 0.0, &[1]),
+        run(LoadedModel::load(&demo).unwrap(), 0.0, &[1])
+    );
+    // With the demo's sampling, the plain model's wide logits leave little to sample (its
+    // outputs repeat few distinct tokens); the demo model's vary with the seed.
+    let distinct = |outs: &[Vec<u32>]| {
+        let mut all: Vec<u32> = outs.concat();
+        all.sort_unstable();
+        all.dedup();
+        all.len()
+    };
+    let seeds = [1, 2, 3, 4];
+    let plain_out = run(p, 0.8, &seeds);
+    let demo_out = run(d, 0.8, &seeds);
+    println!(
+        "distinct tokens at temperature 0.8 over {} seeds: plain {}, demo {}",
+        seeds.len(),
+        distinct(&plain_out),
+        distinct(&demo_out)
+    );
+    let mut unique = demo_out.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), seeds.len(), "every seed its own text");
+    assert!(
+        distinct(&demo_out) > 2 * distinct(&plain_out),
+        "demo {} distinct tokens vs plain {}",
+        distinct(&demo_out),
+        distinct(&plain_out)
+    );
+}

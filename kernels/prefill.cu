@@ -1,0 +1,89 @@
+// Prefill projections go through cuBLAS (tensor cores), which takes 16-bit inputs: these kernels
+// prepare a projection's input rows as the GEMV kernels do (RMSNorm; silu(gate)·up from the
+// gate|up output, whose rows come interleaved in pairs — see gemv.cu; or the rows as they are)
+// and round them to the weights' type; add_bias adds a bias row after the GEMM. One block per
+// token row.
+#include "common.cuh"
+#include "activation.cuh"
+
+#define HALF_THREADS 256
+
+enum { IN_RMS = 0, IN_PLAIN = 1, IN_GLU = 2 };
+
+template <typename W, int IN>
+__device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_stride, int t0,
+                                             const float* __restrict__ norm_w, float eps, int K,
+                                             W* __restrict__ out) {
+    __shared__ double scratch[32];
+    __shared__ float inv_s;
+    const int t = t0 + blockIdx.x;
+    const float* row = x + (size_t)t * x_stride;
+    const int chunks = K / 8;
+    float inv = 1.f;
+    if (IN == IN_RMS) {
+        double ss = 0.0;
+        for (int c = threadIdx.x; c < chunks; c += HALF_THREADS) {
+            const float4 a = *reinterpret_cast<const float4*>(row + c * 8);
+            const float4 b = *reinterpret_cast<const float4*>(row + c * 8 + 4);
+            ss += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z + (double)a.w * a.w +
+                  (double)b.x * b.x + (double)b.y * b.y + (double)b.z * b.z + (double)b.w * b.w;
+        }
+        const double s = block_sum_d(ss, scratch);
+        if (threadIdx.x == 0) inv_s = 1.0f / sqrtf((float)(s / K) + eps);
+        __syncthreads();
+        inv = inv_s;
+    }
+    W* dst = out + (size_t)blockIdx.x * K;
+    for (int c = threadIdx.x; c < chunks; c += HALF_THREADS) {
+        float v[8];
+        if (IN == IN_GLU) {
+            // Outputs 8c .. 8c+7 from gate|up values 16c .. 16c+15: (g, g, u, u) per pair.
+            const float4* src = reinterpret_cast<const float4*>(row + c * 16);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const float4 gu = src[q];
+                v[2 * q] = silu(gu.x) * gu.z;
+                v[2 * q + 1] = silu(gu.y) * gu.w;
+            }
+        } else {
+            const float4 a = *reinterpret_cast<const float4*>(row + c * 8);
+            const float4 b = *reinterpret_cast<const float4*>(row + c * 8 + 4);
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+            v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        }
+        if (IN == IN_RMS) {
+            const float4 na = *reinterpret_cast<const float4*>(norm_w + c * 8);
+            const float4 nb = *reinterpret_cast<const float4*>(norm_w + c * 8 + 4);
+            const float n[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = n[i] * (v[i] * inv);
+        }
+        union {
+            W h[8];
+            uint4 u;
+        } pack;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) narrow(v[i], &pack.h[i]);
+        *reinterpret_cast<uint4*>(dst + c * 8) = pack.u;
+    }
+}
+
+#define HALF_ENTRY(MODE, IN, DT, W)                                                         \
+    extern "C" __global__ void __launch_bounds__(HALF_THREADS) to_half_##MODE##_##DT(       \
+        const float* x, int x_stride, int t0, const float* norm_w, float eps, int K, W* out) { \
+        to_half_body<W, IN>(x, x_stride, t0, norm_w, eps, K, out);                          \
+    }
+
+HALF_ENTRY(rms, IN_RMS, bf16, __nv_bfloat16)
+HALF_ENTRY(plain, IN_PLAIN, bf16, __nv_bfloat16)
+HALF_ENTRY(glu, IN_GLU, bf16, __nv_bfloat16)
+HALF_ENTRY(rms, IN_RMS, f16, __half)
+HALF_ENTRY(plain, IN_PLAIN, f16, __half)
+HALF_ENTRY(glu, IN_GLU, f16, __half)
+
+// y[t0 + blockIdx.x, r] += bias[r].
+extern "C" __global__ void add_bias(float* __restrict__ y, int y_stride, int t0,
+                                    const float* __restrict__ bias, int R) {
+    float* row = y + (size_t)(t0 + blockIdx.x) * y_stride;
+    for (int r = threadIdx.x; r < R; r += blockDim.x) row[r] += bias[r];
+}

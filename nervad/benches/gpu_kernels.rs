@@ -1,0 +1,439 @@
+//! The projections alone: our GEMV kernels against the read bandwidth measured in the same run,
+//! and cuBLAS (tensor cores, bf16 in, f32 out) against them for 1 to 2,048 tokens, with the
+//! bf16 GEMM peak.
+//!
+//! ```text
+//! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--gemm-tokens 1,8,64,256,2048]
+//! ```
+//! Weights rotate over copies totalling ≥ 512 MiB, so every launch reads them from HBM, not L2.
+//! Each figure is the median over 10 replays of a graph of 20 launches. Without a CUDA device
+//! it says so and exits 0.
+
+use clap::Parser;
+use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
+use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
+use nervad::backend::cuda::kernels;
+use nervad::model::DType;
+
+#[derive(Parser, Debug)]
+struct Cli {
+    /// Token counts for the GEMV comparison.
+    #[arg(long, default_value = "1,2,8")]
+    tokens: String,
+    /// Token counts for cuBLAS against our kernels.
+    #[arg(long, default_value = "1,8,64,256,2048")]
+    gemm_tokens: String,
+    /// CUDA device.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Rms,
+    PlainAdd,
+    /// RMSNorm + gate|up (rows interleaved in pairs) + silu·mul.
+    Glu,
+}
+
+struct Shape {
+    model: &'static str,
+    name: &'static str,
+    mode: Mode,
+    k: usize,
+    r: usize,
+}
+
+const SHAPES: &[Shape] = &[
+    Shape {
+        model: "qwen3-8b",
+        name: "qkv",
+        mode: Mode::Rms,
+        k: 4096,
+        r: 6144,
+    },
+    Shape {
+        model: "qwen3-8b",
+        name: "o",
+        mode: Mode::PlainAdd,
+        k: 4096,
+        r: 4096,
+    },
+    Shape {
+        model: "qwen3-8b",
+        name: "gate_up",
+        mode: Mode::Glu,
+        k: 4096,
+        r: 24576,
+    },
+    Shape {
+        model: "qwen3-8b",
+        name: "down",
+        mode: Mode::PlainAdd,
+        k: 12288,
+        r: 4096,
+    },
+    Shape {
+        model: "qwen3-8b",
+        name: "lm_head",
+        mode: Mode::Rms,
+        k: 4096,
+        r: 151936,
+    },
+    Shape {
+        model: "qwen3-0.6b",
+        name: "qkv",
+        mode: Mode::Rms,
+        k: 1024,
+        r: 4096,
+    },
+    Shape {
+        model: "qwen3-0.6b",
+        name: "o",
+        mode: Mode::PlainAdd,
+        k: 2048,
+        r: 1024,
+    },
+    Shape {
+        model: "qwen3-0.6b",
+        name: "gate_up",
+        mode: Mode::Glu,
+        k: 1024,
+        r: 6144,
+    },
+    Shape {
+        model: "qwen3-0.6b",
+        name: "down",
+        mode: Mode::PlainAdd,
+        k: 3072,
+        r: 1024,
+    },
+    Shape {
+        model: "qwen3-0.6b",
+        name: "lm_head",
+        mode: Mode::Rms,
+        k: 1024,
+        r: 151936,
+    },
+];
+
+/// Bytes of weights the rotation covers at least (twice the largest L2 of these parts).
+const ROTATE_BYTES: usize = 512 << 20;
+const LAUNCHES: usize = 20;
+const REPLAYS: usize = 10;
+
+type Res<T> = Result<T, nervad::backend::BackendError>;
+
+struct Bench {
+    gpu: Gpu,
+    weights: DevBuf,
+    x: DevBuf,
+    xa: DevBuf,
+    norm: DevBuf,
+    y: DevBuf,
+    start: nervad::backend::cuda::driver::Event,
+    end: nervad::backend::cuda::driver::Event,
+}
+
+fn parse_list(s: &str) -> Vec<usize> {
+    s.split(',').filter_map(|v| v.trim().parse().ok()).collect()
+}
+
+/// Deterministic pseudo-random bytes (xorshift), as 16-bit values of magnitude < ~0.06 when
+/// `bf16`, else f32 in [-1, 1).
+fn fill(gpu: &mut Gpu, buf: DevBuf, seed: u64, f32s: bool) -> Res<()> {
+    const BLOCK: usize = 16 << 20;
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut host = vec![0u8; BLOCK.min(buf.bytes)];
+    for chunk in host.chunks_mut(4) {
+        let u = (next() >> 40) as u32; // 24 bits
+        let f = (u as f32 / (1u32 << 23) as f32) - 1.0;
+        if f32s {
+            chunk.copy_from_slice(&f.to_le_bytes()[..chunk.len()]);
+        } else {
+            let h = half::bf16::from_f32(f * 0.0625).to_le_bytes();
+            let g = half::bf16::from_f32(-f * 0.03).to_le_bytes();
+            let b = [h[0], h[1], g[0], g[1]];
+            chunk.copy_from_slice(&b[..chunk.len()]);
+        }
+    }
+    let mut off = 0;
+    while off < buf.bytes {
+        let n = host.len().min(buf.bytes - off);
+        gpu.upload(buf.at(off), &host[..n])?;
+        off += n;
+    }
+    gpu.synchronize()
+}
+
+impl Bench {
+    /// Median ms of one launch of `enqueue(i)` (i = launch index), captured 20 to a graph.
+    fn time(&mut self, mut enqueue: impl FnMut(&mut Gpu, usize) -> Res<()>) -> Res<f64> {
+        let before = self.gpu.counters.launches;
+        self.gpu.begin_capture()?;
+        for i in 0..LAUNCHES {
+            if let Err(e) = enqueue(&mut self.gpu, i) {
+                let _ = self.gpu.end_capture(before);
+                return Err(e);
+            }
+        }
+        let graph = self.gpu.end_capture(before)?;
+        let mut times = Vec::with_capacity(REPLAYS);
+        for rep in 0..REPLAYS + 2 {
+            self.gpu.record(&self.start)?;
+            self.gpu.replay(&graph)?;
+            self.gpu.record(&self.end)?;
+            self.gpu.wait(&self.end, true)?;
+            if rep >= 2 {
+                times.push(self.gpu.elapsed_ms(&self.start, &self.end)? as f64 / LAUNCHES as f64);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    }
+
+    /// Median ms of our projection kernel for `t` tokens of `shape`.
+    fn gemv(&mut self, family: &[Kernel], shape: &Shape, t: usize) -> Res<f64> {
+        let kernel = family[match t {
+            1 => 0,
+            2 => 1,
+            3 | 4 => 2,
+            _ => 3,
+        }];
+        let (x, norm, y, wbase) = (self.x.ptr, self.norm.ptr, self.y.ptr, self.weights.ptr);
+        let region = self.weights.bytes;
+        let x_stride = shape.k as i32;
+        let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
+        let (eps, null) = (1e-6f32, 0u64);
+        self.time(|gpu, i| {
+            let w = wbase + weight_offset(shape, region, i);
+            // SAFETY: gemv_*(w, bias, x, x_stride, rows, norm, eps, K, R, T, y, y_stride): w
+            // covers R×K bf16 inside the weights region, x holds T rows of x_stride f32, y T
+            // rows of R f32 (scratch), norm K f32; bias and rows are null.
+            unsafe {
+                gpu.launch(
+                    kernel,
+                    ((shape.r as u32).div_ceil(4), 1, 1),
+                    128,
+                    Args::new()
+                        .arg(&w)
+                        .arg(&null)
+                        .arg(&x)
+                        .arg(&x_stride)
+                        .arg(&null)
+                        .arg(&norm)
+                        .arg(&eps)
+                        .arg(&k)
+                        .arg(&r)
+                        .arg(&ti)
+                        .arg(&y)
+                        .arg(&r),
+                )
+            }
+        })
+    }
+
+    fn read_bandwidth(&mut self, k: Kernel) -> Res<f64> {
+        let n = (self.weights.bytes / 16) as u64;
+        let (src, sink) = (self.weights.ptr, self.y.ptr);
+        let ms = self.time(|gpu, _| {
+            // SAFETY: read_bandwidth(const uint4*, size_t, unsigned*): n uint4 lie inside the
+            // weights region; sink is a live f32 buffer.
+            unsafe {
+                gpu.launch(
+                    k,
+                    (1024 * 8, 1, 1),
+                    512,
+                    Args::new().arg(&src).arg(&n).arg(&sink),
+                )
+            }
+        })?;
+        Ok(self.weights.bytes as f64 / (ms / 1e3))
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(why) = nervad::backend::cuda::probe(cli.device) {
+        println!("gpu_kernels: skipped: {why}");
+        return;
+    }
+    if let Err(e) = run(&cli) {
+        eprintln!("gpu_kernels: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: &Cli) -> Res<()> {
+    let (mut gpu, facts) = Gpu::open(cli.device)?;
+    let arch = (facts.capability.0 * 10 + facts.capability.1) as u32;
+    let largest = SHAPES.iter().map(|s| s.k * s.r * 2).max().unwrap_or(0);
+    let weights_bytes = largest.max(ROTATE_BYTES) + (64 << 20);
+    let max_t = 2048;
+    let max_k = 12288;
+    let x_bytes = max_t * 2 * max_k * 4;
+    let y_bytes = max_t * 151936 * 4;
+    gpu.allocate_arena(
+        weights_bytes + 2 * x_bytes + y_bytes + (WORKSPACE_BYTES << 1) + (64 << 20),
+    )?;
+    let weights = gpu.carve(weights_bytes)?;
+    let x = gpu.carve(x_bytes)?;
+    let xa = gpu.carve(x_bytes)?;
+    let norm = gpu.carve(max_k * 4)?;
+    let y = gpu.carve(y_bytes)?;
+    let workspace = gpu.carve(WORKSPACE_BYTES)?;
+    fill(&mut gpu, weights, 1, false)?;
+    fill(&mut gpu, x, 2, true)?;
+    fill(&mut gpu, xa, 3, false)?;
+    fill(&mut gpu, norm, 4, true)?;
+
+    let compiled = kernels::build_all(arch)?;
+    let find = |name: &str| compiled.iter().find(|c| c.name == name).expect("module");
+    let bw_kernel = gpu.load(&find("bench.cu").cubin, &["read_bandwidth"])?[0];
+    let modes = [
+        ("rms", Mode::Rms),
+        ("plain_add", Mode::PlainAdd),
+        ("glu", Mode::Glu),
+    ];
+    let mut families = Vec::new();
+    for (mode, m) in modes {
+        let names: Vec<String> = [1, 2, 4, 8]
+            .iter()
+            .map(|t| format!("gemv_{mode}_bf16_t{t}"))
+            .collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        families.push((m, gpu.load(&find("gemv.cu").cubin, &refs)?));
+    }
+    let blas = if Blas::present() {
+        Some(Blas::new(&gpu, workspace, DType::BF16)?)
+    } else {
+        println!("cuBLAS: libcublas not found, its rows are skipped");
+        None
+    };
+    let start = gpu.event(true)?;
+    let end = gpu.event(true)?;
+    let mut b = Bench {
+        gpu,
+        weights,
+        x,
+        xa,
+        norm,
+        y,
+        start,
+        end,
+    };
+
+    println!("device: {} (sm_{arch}, {} SMs)", facts.name, facts.sms);
+    let bw = b.read_bandwidth(bw_kernel)?;
+    println!(
+        "read bandwidth: {:.3} TB/s ({} MiB, 16-byte streaming loads)",
+        bw / 1e12,
+        b.weights.bytes >> 20
+    );
+    println!();
+    println!(
+        "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9} {:>8}",
+        "model", "proj", "K", "R", "T", "GEMV (us)", "% of bw"
+    );
+    for shape in SHAPES {
+        let fam = families
+            .iter()
+            .find(|(m, _)| *m == shape.mode)
+            .expect("family")
+            .1
+            .clone();
+        let bytes = shape.k * shape.r * 2;
+        for &t in &parse_list(&cli.tokens) {
+            let ms = b.gemv(&fam, shape, t)?;
+            println!(
+                "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9.2} {:>7.1}%",
+                shape.model,
+                shape.name,
+                shape.k,
+                shape.r,
+                t,
+                ms * 1e3,
+                bytes as f64 / (ms / 1e3) / bw * 100.0
+            );
+        }
+    }
+
+    let Some(mut blas) = blas else { return Ok(()) };
+    println!();
+    println!(
+        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
+        "model", "proj", "M", "GEMV (us)", "TFLOP/s", "cuBLAS (us)", "TFLOP/s", "ratio"
+    );
+    for shape in SHAPES.iter().filter(|s| s.name != "lm_head") {
+        let fam = families
+            .iter()
+            .find(|(m, _)| *m == shape.mode)
+            .expect("family")
+            .1
+            .clone();
+        for &m in &parse_list(&cli.gemm_tokens) {
+            let flops = 2.0 * (m * shape.k * shape.r) as f64;
+            // Our kernel walks tiles of 8 tokens: past 256 it is not a contender.
+            let ours = if m <= 256 {
+                Some(b.gemv(&fam, shape, m)?)
+            } else {
+                None
+            };
+            let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
+            let cublas = b.time(|_, i| {
+                let w = wbase + weight_offset(shape, region, i);
+                // SAFETY: xa holds m×K bf16, w R×K bf16, y m×R f32 (scratch).
+                unsafe { blas.gemm(xa, w, m, shape.r, shape.k, yp, shape.r, false) }
+            })?;
+            let tf = |ms: f64| flops / (ms / 1e3) / 1e12;
+            let (o_us, o_tf) = ours.map_or(("-".to_string(), "-".to_string()), |o| {
+                (format!("{:.2}", o * 1e3), format!("{:.1}", tf(o)))
+            });
+            let ratio = ours.map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
+            println!(
+                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
+                shape.model,
+                shape.name,
+                m,
+                o_us,
+                o_tf,
+                cublas * 1e3,
+                tf(cublas),
+                ratio
+            );
+        }
+    }
+    // The bf16 GEMM peak: 8192 × 8192 × 8192 through the same cuBLAS call.
+    let n = 8192usize;
+    if n * n * 2 <= b.weights.bytes && n * n * 2 <= b.xa.bytes && n * n * 4 <= b.y.bytes {
+        let (w, xa, yp) = (b.weights.ptr, b.xa.ptr, b.y.ptr);
+        let ms = b.time(|_, _| {
+            // SAFETY: 8192² bf16 fit in weights and xa, 8192² f32 in y.
+            unsafe { blas.gemm(xa, w, n, n, n, yp, n, false) }
+        })?;
+        println!();
+        println!(
+            "bf16 GEMM peak (cuBLAS {n}^3, f32 out): {:.3} ms -> {:.0} TFLOP/s",
+            ms,
+            2.0 * (n as f64).powi(3) / (ms / 1e3) / 1e12
+        );
+    }
+    Ok(())
+}
+
+/// Offset of launch `i`'s copy of `shape`'s weights: copies rotate over ≥ ROTATE_BYTES where
+/// the region of `region` bytes holds that many.
+fn weight_offset(shape: &Shape, region: usize, i: usize) -> u64 {
+    let bytes = shape.k * shape.r * 2;
+    let copies = ROTATE_BYTES.div_ceil(bytes).min(region / bytes).max(1);
+    ((i % copies) * bytes) as u64
+}

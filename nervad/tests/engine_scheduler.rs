@@ -213,3 +213,36 @@ fn shared_prefixes_are_stored_once_and_give_identical_outputs() {
     }
     assert_eq!(e.free_pages(), 96);
 }
+
+/// A forked request whose shared prompt is all in the prefix cache forks without prefilling
+/// anything, and its samples equal those of the first run that computed the prompt.
+#[test]
+fn a_fork_whose_prompt_is_cached_forks_at_once_with_identical_samples() {
+    // 13 tokens: the primary prefills 12 = 3 full pages, all cached after the first run.
+    let prompt: Vec<u32> = (0..13).map(|t| (t * 17 + 5) % 256).collect();
+    let fork = |tag| {
+        let mut r = request(key(4, tag), Prompt::Tokens(prompt.clone()), 10);
+        r.stop.ignore_eos = true;
+        r.n_samples = 3;
+        r.sampling = SamplingParams {
+            temperature: 0.7,
+            seed: 21,
+            ..SamplingParams::default()
+        };
+        r
+    };
+    let mut e = Engine::with_cpu_backend(model(3), options(96)).unwrap();
+    let mut rec = Recorder::default();
+    e.submit(fork(1)).unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(e.prefix_hits(), 0);
+    e.submit(fork(2)).unwrap();
+    run(&mut e, &mut rec);
+    assert_eq!(e.prefix_hits(), 3, "the primary found its 3 prompt pages");
+    for s in 0..3 {
+        let first = outputs(&rec, key(4, 1), s);
+        assert_eq!(first.0.len(), 10);
+        assert_eq!(outputs(&rec, key(4, 2), s), first, "sample {s}");
+    }
+    assert_eq!(e.free_pages(), 96);
+}

@@ -284,26 +284,33 @@ fn a_paused_client_parks_its_samples_so_others_run_and_resumes_losslessly() {
     assert_eq!(e.free_pages(), scripted_limits().num_pages);
 }
 
+/// Pages are taken as sequences grow: four requests that need 64 pages in all run at once on
+/// 32, the pool runs dry, the youngest are preempted and recomputed, and every request still
+/// gets exactly its scripted tokens (none lost, none repeated). Cancelling a queued request
+/// frees nothing it never held; one larger than the whole pool is refused up front.
 #[test]
-fn cancel_while_queued_and_queue_when_out_of_pages() {
-    // 32 pages of 4 tokens; each request needs 64/4 = 16 pages (prompt 4 + 60 tokens).
-    let mut e = scripted(&[u32::from(b'a'); 100]);
+fn pages_grow_and_preemption_loses_no_token() {
+    let script: Vec<u32> = (0..60).map(|i| u32::from(b'a') + i % 26).collect();
+    let mut e = scripted(&script);
     let mut rec = Recorder::default();
-    let ks: Vec<_> = (0..4).map(|i| key(i, 1)).collect();
+    let ks: Vec<_> = (0..5).map(|i| key(i, 1)).collect();
     for &k in &ks {
         e.submit(request(k, Prompt::Tokens(vec![1; 4]), 60))
             .unwrap();
     }
     e.step(&mut rec);
-    assert_eq!(e.free_pages(), 0, "two admitted, two queued");
-    e.cancel(ks[3]);
+    // Four slots: four admitted with a page each (prompt) + their first decode page soon.
+    assert!(e.free_pages() >= 32 - 8, "nothing reserved past the prompt");
+    e.cancel(ks[4]);
     e.step(&mut rec);
-    assert_eq!(rec.done(ks[3], 0), vec![FinishReason::Cancelled]);
+    assert_eq!(rec.done(ks[4], 0), vec![FinishReason::Cancelled]);
     run(&mut e, &mut rec);
-    for &k in &ks[..3] {
+    assert!(e.preemptions() > 0, "the pool ran dry");
+    for &k in &ks[..4] {
         assert_eq!(rec.done(k, 0), vec![FinishReason::Length]);
-        assert_eq!(rec.tokens(k, 0).len(), 60);
+        assert_eq!(rec.tokens(k, 0), script, "{k:?}");
     }
+    assert_eq!(e.free_pages(), scripted_limits().num_pages);
     // A request larger than the whole pool is refused up front.
     let mut big = request(key(9, 1), Prompt::Tokens(vec![1; 4]), 60);
     big.n_samples = 3;
@@ -477,4 +484,157 @@ fn greedy_engine_matches_teacher_forced_argmax() {
         .filter(|e| matches!(e, Ev::Top(..)))
         .count();
     assert_eq!(tops, generated.len());
+}
+
+/// Deficit round robin by tokens served: a client that floods the queue with 20 requests
+/// before another client sends 2 does not make that client wait behind its flood; the
+/// latecomer's requests start as soon as slots free up, ahead of the flood's backlog.
+#[test]
+fn a_flooding_client_cannot_starve_another() {
+    let mut e = scripted(&[u32::from(b'a'); 8]);
+    let mut rec = Recorder::default();
+    let flood: Vec<_> = (0..20).map(|t| key(1, t)).collect();
+    for &k in &flood {
+        e.submit(request(k, Prompt::Tokens(vec![1, 2, 3]), 8))
+            .unwrap();
+    }
+    for _ in 0..3 {
+        e.step(&mut rec);
+    }
+    let late: Vec<_> = (0..2).map(|t| key(2, t)).collect();
+    for &k in &late {
+        e.submit(request(k, Prompt::Tokens(vec![4, 5]), 8)).unwrap();
+    }
+    run(&mut e, &mut rec);
+    let first_token = |k| {
+        rec.events
+            .iter()
+            .position(|ev| matches!(ev, Ev::Tokens(kk, ..) if *kk == k))
+            .unwrap()
+    };
+    for &k in &late {
+        assert_eq!(rec.tokens(k, 0).len(), 8);
+        // Four slots: the flood's first four run when the latecomer arrives; its requests
+        // must start before the flood's seventh.
+        assert!(
+            first_token(k) < first_token(flood[6]),
+            "{k:?} waited behind the flood"
+        );
+    }
+    for &k in &flood {
+        assert_eq!(rec.done(k, 0), vec![FinishReason::Length]);
+    }
+}
+
+/// A cancelled request's pages are free after the next step, a dead client's at once, on a
+/// backend that keeps a step in flight too (the freed pages are then reused only after it).
+#[test]
+fn cancellation_and_client_death_free_pages_at_the_next_step() {
+    for overlap in [false, true] {
+        let mut backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'a'); 40]);
+        backend.overlap = overlap;
+        let mut e = Engine::new(
+            scripted_model(),
+            Box::new(backend),
+            EngineOptions::default(),
+        );
+        let mut rec = Recorder::default();
+        let (a, b, c) = (key(1, 1), key(2, 1), key(3, 1));
+        // 9 prompt tokens: three pages each, a fourth once decoding passes position 12;
+        // different prompts, so no page is shared through the prefix cache.
+        for k in [a, b, c] {
+            e.submit(request(k, Prompt::Tokens(vec![k.client.slot; 9]), 30))
+                .unwrap();
+        }
+        for _ in 0..8 {
+            e.step(&mut rec);
+        }
+        let total = scripted_limits().num_pages;
+        let held = total - e.free_pages();
+        assert!(
+            held >= 9,
+            "overlap {overlap}: three sequences hold {held} pages"
+        );
+        e.drop_client(c.client);
+        let after_drop = total - e.free_pages();
+        assert!(
+            after_drop <= held - 3,
+            "overlap {overlap}: death freed pages at once"
+        );
+        e.cancel(a);
+        e.step(&mut rec);
+        assert_eq!(rec.done(a, 0), vec![FinishReason::Cancelled]);
+        // Only b holds pages now (at most 5: 9 + 8 positions plus one launched ahead).
+        assert!(
+            total - e.free_pages() <= 5,
+            "overlap {overlap}: {} pages held after the cancel",
+            total - e.free_pages()
+        );
+        run(&mut e, &mut rec);
+        assert_eq!(rec.done(b, 0), vec![FinishReason::Length]);
+        assert!(rec.done(c, 0).is_empty());
+        assert_eq!(e.free_pages(), total);
+    }
+}
+
+/// Overload: more requests than slots and pages queue up to `max_queued` (then `Busy`, and
+/// nothing accepted is lost), the pool runs dry and preempts, and the published gauges say so:
+/// queue depth, running and preempted sequences, pages used/free/shared/cached, each client's
+/// share of the tokens served.
+#[test]
+fn overload_queues_boundedly_and_the_gauges_show_it() {
+    let limits = nervad::backend::BackendLimits {
+        num_pages: 16,
+        ..scripted_limits()
+    };
+    let script: Vec<u32> = (0..24).map(|i| u32::from(b'a') + i % 26).collect();
+    let backend = ScriptedBackend::new(limits, script.clone());
+    let options = EngineOptions {
+        max_queued: 6,
+        ..EngineOptions::default()
+    };
+    let mut e = Engine::new(scripted_model(), Box::new(backend), options);
+    let mut rec = Recorder::default();
+    let mut accepted = Vec::new();
+    let mut busy = 0;
+    for t in 0..8u64 {
+        let k = key(1 + (t % 2) as u32, t);
+        match e.submit(request(k, Prompt::Tokens(vec![t as u32 + 1; 6]), 24)) {
+            Ok(()) => accepted.push(k),
+            Err(RequestError::Busy) => busy += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((accepted.len(), busy), (6, 2));
+    let g = nervad::engine::api::EngineGauges::default();
+    e.publish(&g);
+    let j = g.to_json();
+    assert_eq!(j["queued"], 6);
+    let mut most_preempted = 0;
+    let mut saw_shares = false;
+    let mut guard = 0;
+    while e.step(&mut rec) {
+        guard += 1;
+        assert!(guard < 2000);
+        e.publish(&g);
+        let j = g.to_json();
+        let n = |f: &str| j[f].as_u64().unwrap();
+        assert_eq!(n("kv_pages_used") + n("kv_pages_free"), 16);
+        assert!(n("kv_pages_cached") <= n("kv_pages_free"));
+        assert!(n("running") <= 4 && n("queued") <= 6);
+        most_preempted = most_preempted.max(n("preempted"));
+        let rows = j["client_tokens"].as_array().unwrap();
+        if rows.len() == 2 {
+            let share: f64 = rows.iter().map(|r| r["share"].as_f64().unwrap()).sum();
+            assert!((share - 1.0).abs() < 1e-9);
+            saw_shares = true;
+        }
+    }
+    assert!(most_preempted > 0, "the pool ran dry");
+    assert!(saw_shares);
+    e.publish(&g);
+    assert!(g.to_json()["preemptions"].as_u64().unwrap() > 0);
+    for &k in &accepted {
+        assert_eq!(rec.tokens(k, 0), script, "{k:?}");
+    }
 }

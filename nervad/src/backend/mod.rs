@@ -322,6 +322,20 @@ pub trait Backend: Send {
         seed: u64,
     ) -> Result<(), BackendError>;
 
+    /// Put `slot` in the exact state a sequence started with `start_sequence(slot, params,
+    /// seed, prompt)` is in after it sampled `output` (in order): penalty state counting the
+    /// prompt and every output token, random stream advanced past every draw those samples
+    /// took. A sequence preempted (or parked) and resumed in another slot thus samples the same
+    /// tokens an uninterrupted run would. Off the hot path: a backend may allocate here.
+    fn resume_sequence(
+        &mut self,
+        slot: u32,
+        params: &SamplingParams,
+        seed: u64,
+        prompt: &[u32],
+        output: &[u32],
+    ) -> Result<(), BackendError>;
+
     /// Copy the contents of KV page `src` into page `dst` (copy-on-write of a shared tail page).
     fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), BackendError>;
 

@@ -208,6 +208,34 @@ impl Sampler {
         Ok(())
     }
 
+    /// Put `slot` in the state `start(slot, params, seed, prompt)` followed by sampling
+    /// `output` leaves: output tokens counted, and the random stream past their draws. A draw
+    /// happens only when sampling (temperature > 0) and takes exactly one `next_u64` (two
+    /// ChaCha words, see `draw`), so the stream position is `2 * output.len()` words.
+    pub fn resume(
+        &mut self,
+        slot: u32,
+        params: &SamplingParams,
+        seed: u64,
+        prompt: &[u32],
+        output: &[u32],
+    ) -> Result<(), BackendError> {
+        if let Some(&bad) = output.iter().find(|&&t| t as usize >= self.vocab) {
+            return Err(BackendError::InvalidInput(format!(
+                "token {bad} outside vocabulary"
+            )));
+        }
+        self.start(slot, params, seed, prompt)?;
+        let state = self.slot_mut(slot)?;
+        for &t in output {
+            state.note_output(t);
+        }
+        if params.temperature > 0.0 {
+            state.rng.set_word_pos(2 * output.len() as u128);
+        }
+        Ok(())
+    }
+
     /// Make `dst` a copy of `src`'s penalty state with new parameters and seed.
     pub fn fork(
         &mut self,
@@ -489,6 +517,50 @@ mod tests {
             h[t.token as usize] += 1;
         }
         h
+    }
+
+    /// A slot resumed from (seed, prompt, output) samples exactly what the slot that produced
+    /// `output` samples next: same penalties, same position in the random stream (also across
+    /// ChaCha's buffer refills, 64 words = 32 draws).
+    #[test]
+    fn resume_continues_the_exact_stream_and_penalties() {
+        let vocab = 40;
+        let p = SamplingParams {
+            temperature: 0.8,
+            top_k: 20,
+            repetition_penalty: 1.3,
+            presence_penalty: 0.4,
+            frequency_penalty: 0.3,
+            ..SamplingParams::default()
+        };
+        let logits: Vec<f32> = (0..vocab).map(|i| ((i * 7) % 11) as f32 * 0.3).collect();
+        let prompt = [1u32, 5, 9, 5];
+        for (cut, params) in [
+            (0, p),
+            (3, p),
+            (33, p),
+            (70, p),
+            (5, SamplingParams::default()),
+        ] {
+            let mut a = Sampler::new(vocab, 2);
+            a.start(0, &params, 11, &prompt).unwrap();
+            let mut output = Vec::new();
+            let mut row = logits.clone();
+            for _ in 0..cut {
+                row.copy_from_slice(&logits);
+                output.push(a.sample(0, &mut row).unwrap().token);
+            }
+            a.resume(1, &params, 11, &prompt, &output).unwrap();
+            for i in 0..40 {
+                let mut r0 = logits.clone();
+                let mut r1 = logits.clone();
+                let t0 = a.sample(0, &mut r0).unwrap();
+                let t1 = a.sample(1, &mut r1).unwrap();
+                assert_eq!(t0, t1, "cut {cut}, draw {i}");
+            }
+        }
+        let mut a = Sampler::new(vocab, 1);
+        assert!(a.resume(0, &p, 1, &prompt, &[vocab as u32]).is_err());
     }
 
     #[test]

@@ -69,7 +69,8 @@ pub struct GenerateRequest {
     pub stop: StopConditions,
     /// Independent samples sharing the prompt (each with seed `seed + index`).
     pub n_samples: u16,
-    /// Higher runs first when the scheduler must choose.
+    /// Higher runs first among this client's requests (across clients the fair share of
+    /// tokens served decides first), and is preempted last when KV pages run out.
     pub priority: u8,
     /// When the server read the descriptor (for queue-time accounting).
     pub received_at: Instant,
@@ -277,6 +278,15 @@ impl EventSink for DiscardEvents {
     fn emit(&mut self, _: EngineEvent<'_>) {}
 }
 
+/// One client's tokens served, for [`EngineGauges::client_tokens`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientTokens {
+    /// The client.
+    pub client: ClientId,
+    /// Prefill and decode tokens computed for it since it connected.
+    pub tokens: u64,
+}
+
 /// Live engine figures, published by the engine thread after each step with relaxed stores and
 /// read by admin replies (a snapshot, not a transaction: each figure is individually current).
 #[derive(Debug, Default)]
@@ -291,6 +301,22 @@ pub struct EngineGauges {
     pub queued: std::sync::atomic::AtomicU64,
     /// Samples of paused clients parked without a slot.
     pub parked: std::sync::atomic::AtomicU64,
+    /// Samples preempted (KV pages freed) waiting to resume and recompute their prefix.
+    pub preempted: std::sync::atomic::AtomicU64,
+    /// Preemptions since start.
+    pub preemptions: std::sync::atomic::AtomicU64,
+    /// KV pages held by more than one sequence (forked samples, shared prefixes).
+    pub kv_pages_shared: std::sync::atomic::AtomicU64,
+    /// KV pages cached for their prefix that no sequence holds (counted free: the pool
+    /// reuses them, least recently used first, when nothing else is free).
+    pub kv_pages_cached: std::sync::atomic::AtomicU64,
+    /// KV pages taken from the prefix cache instead of being prefilled, since start.
+    pub prefix_hit_pages: std::sync::atomic::AtomicU64,
+    /// Tokens served (prefill + decode, since it connected) per client with requests in
+    /// flight, as the fair-share scheduler counts them.
+    /// The engine thread only `try_lock`s it (a reader holding it delays an update by a step,
+    /// it never blocks the engine).
+    pub client_tokens: std::sync::Mutex<Vec<ClientTokens>>,
     /// The backend's cumulative device ledger.
     pub steps: std::sync::atomic::AtomicU64,
     /// Steps that replayed a captured graph.
@@ -331,12 +357,34 @@ impl EngineGauges {
                 0.0
             }
         };
+        let clients: Vec<serde_json::Value> = match self.client_tokens.lock() {
+            Ok(rows) => {
+                let all: u64 = rows.iter().map(|r| r.tokens).sum();
+                rows.iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "slot": r.client.slot,
+                            "generation": r.client.generation,
+                            "tokens": r.tokens,
+                            "share": if all > 0 { r.tokens as f64 / all as f64 } else { 0.0 },
+                        })
+                    })
+                    .collect()
+            }
+            Err(_) => Vec::new(),
+        };
         serde_json::json!({
             "kv_pages_used": used,
             "kv_pages_free": total.saturating_sub(used),
+            "kv_pages_shared": self.kv_pages_shared.load(Relaxed),
+            "kv_pages_cached": self.kv_pages_cached.load(Relaxed),
+            "prefix_hit_pages": self.prefix_hit_pages.load(Relaxed),
             "running": self.running.load(Relaxed),
             "queued": self.queued.load(Relaxed),
             "parked": self.parked.load(Relaxed),
+            "preempted": self.preempted.load(Relaxed),
+            "preemptions": self.preemptions.load(Relaxed),
+            "client_tokens": clients,
             "device": {
                 "steps": steps,
                 "graph_steps": self.graph_steps.load(Relaxed),

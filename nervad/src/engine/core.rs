@@ -3,15 +3,33 @@
 //!
 //! Request life: queued (waiting for sequence slots and KV pages) → prefill (prompt chunks, the
 //! primary sequence only) → decode (one token per sample per step) → finished. Each step runs
-//! every decoding sample first, then fills the remaining token budget with prefill chunks, one
-//! client at a time in round robin. KV pages for a request's whole length are reserved at
-//! admission, so a running request never runs out of pages; a request that does not fit yet
-//! waits in the queue, one that can never fit is refused.
+//! every decoding sample first, then fills the remaining token budget with prefill chunks;
+//! queued requests and prefill chunks go least-served client first (deficit round robin by
+//! tokens served, [`super::scheduler`]), then by priority.
+//!
+//! KV pages are taken as sequences grow: a prefill chunk takes the pages its positions need,
+//! a decode step the page its next position needs. Admission only checks that the prompt's
+//! pages plus one decode page per sample are available beyond what admitted prompts still
+//! need to finish their prefill (a watermark, not a reservation). When a sequence needs a page
+//! and the pool is dry, the lowest-ranked sequence holding pages is *preempted*
+//! ([`super::scheduler`] says who): its pages are freed and it leaves its slot, keeping its
+//! tokens (prompt + output) and text state. It comes back before any new request is admitted:
+//! its prefix is prefilled again (recompute; no token is sampled or emitted) and decoding goes
+//! on from its last sampled token, with the backend's sampling state restored exactly
+//! (`resume_sequence`), so its output is what an uninterrupted run gives. Only a request that
+//! could never fit the whole pool alone is refused.
 //!
 //! Samples of one request share the prompt's KV pages: the primary prefills all prompt tokens
-//! but the last, the page holding the last prefilled position is copied for every other sample,
-//! and each sample then feeds the last prompt token itself, sampling its own first token from
-//! its own random stream.
+//! but the last, every other sample then holds the same pages (reference counted), and each
+//! sample feeds the last prompt token itself, sampling its own first token from its own random
+//! stream. A page a sample must write while others still hold it is copied first
+//! (copy-on-write: the partial last prompt page).
+//!
+//! Every full page is cached for its token prefix once written ([`super::prefix_cache`]): a
+//! sequence about to prefill takes the cached pages of its prefix instead of computing them,
+//! across requests and clients (a preempted sequence usually finds its own pages again), and
+//! a cached page outlives its last holder until the pool needs it. A sequence that samples
+//! after its prefill always computes its last prompt position (its logits are needed).
 //!
 //! After admission nothing on the step path allocates: buffers live in the request and sequence
 //! slots, events borrow them.
@@ -26,12 +44,12 @@
 //! and keeps its KV pages, position, text state and generated ids in a parked record; its
 //! queued requests are not admitted. When the client drains (unpaused) a parked sample takes
 //! the next free slot before new requests are admitted, and continues from its exact KV state
-//! with no token lost or repeated. The backend's sampling state of a slot is not carried over:
-//! it is rebuilt from the prompt and the generated ids (repetition penalty exact), and the
-//! random stream restarts from a seed derived from the request's seed, the sample and the
-//! position, so greedy output is unchanged while a sampled continuation may differ from an
-//! uninterrupted run (presence/frequency penalties restart too). Parking is off the hot path
-//! (it may allocate a record once).
+//! with no token lost or repeated; its sampling state is restored exactly as after a
+//! preemption. A parked sample's pages may be taken by preemption while it waits (it then
+//! recomputes when resumed). Parking is off the hot path (it may allocate a record once).
+
+mod paging;
+mod planning;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -44,6 +62,8 @@ use super::detok::{Pushed, TextStream};
 use super::kv_pool::KvPagePool;
 use super::ledger::{EMPTY_LEDGER, SampleLedger, StepShare, TokenSeen};
 use super::model::EngineModel;
+use super::prefix_cache;
+use super::scheduler::{FairShare, Rank, fair_key};
 use crate::backend::sampling::validate_params;
 use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput, StepReport};
 
@@ -121,9 +141,8 @@ struct Request {
     scheduled_at: Option<Instant>,
     prompt: Vec<u32>,
     phase: Phase,
-    /// Prompt tokens the primary prefills (all, or all but the last when forking).
-    prefill_target: usize,
-    prefilled: usize,
+    /// Order of first admission (kept across preemption): the scheduler's rank.
+    stamp: u64,
     /// Sequence slot of each sample.
     slots: Vec<u32>,
     samples_left: u16,
@@ -139,6 +158,22 @@ struct Sequence {
     table: Vec<u32>,
     /// Positions already in the KV pool.
     len: usize,
+    /// Prompt then generated ids: position `i`'s token is `tokens[i]` (prefill chunks and
+    /// recompute read it; the sampler's state is rebuilt from it).
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// While not decoding: positions to prefill before decoding starts (0 for a sample that
+    /// waits for its request's fork).
+    prefill_to: usize,
+    /// Sample a first token after the last prefill chunk (a fresh single-sample request, not
+    /// a recompute, not a fork's primary).
+    sample_after_prefill: bool,
+    /// Left its slot with its pages freed; its prefix is recomputed when it resumes.
+    preempted: bool,
+    /// Leading pages of `table` that are full and cached for their prefix (found there or
+    /// registered after being written), and the prefix key through them.
+    cached_pages: usize,
+    prefix_key: u64,
     /// The token fed at the next decode step.
     input: [u32; 1],
     /// `input` is what this slot sampled last (not a prompt token handed over by a fork).
@@ -153,8 +188,6 @@ struct Sequence {
     text: TextStream,
     first_token_at: Option<Instant>,
     last_token_at: Option<Instant>,
-    /// Ids generated so far (to rebuild the sampler's penalty state after parking).
-    output: Vec<u32>,
     /// What the sample's steps and tokens cost (`super::ledger`).
     ledger: SampleLedger,
 }
@@ -183,6 +216,13 @@ impl Sequence {
             sample: 0,
             table: Vec::with_capacity(limits.max_pages_per_seq()),
             len: 0,
+            tokens: Vec::with_capacity(limits.max_context),
+            prompt_len: 0,
+            prefill_to: 0,
+            sample_after_prefill: false,
+            preempted: false,
+            cached_pages: 0,
+            prefix_key: prefix_cache::ROOT,
             input: [0],
             input_sampled: false,
             epoch: 0,
@@ -193,9 +233,18 @@ impl Sequence {
             text: TextStream::new(&[], longest_token),
             first_token_at: None,
             last_token_at: None,
-            output: Vec::with_capacity(limits.max_context),
             ledger: SampleLedger::new(),
         }
+    }
+
+    /// Tokens sampled so far.
+    fn output(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    /// Waiting to prefill (initially, or recomputing after a preemption).
+    fn prefilling(&self) -> bool {
+        !self.decoding && self.len < self.prefill_to
     }
 }
 
@@ -262,14 +311,21 @@ pub struct Engine {
     free_slots: Vec<u32>,
     paused: Vec<ClientId>,
     cancelled: Vec<usize>,
-    /// The client whose prefill ran last (round robin).
-    last_prefill_client: Option<ClientId>,
-    /// Samples of paused clients that gave their slot back (see the module docs).
+    /// Tokens served per client (fair share across clients).
+    fair: FairShare,
+    /// Samples without a slot: parked (paused client, pages kept) or preempted (pages freed);
+    /// see the module docs.
     parked: Vec<Sequence>,
     /// Inactive sequence records kept for parking without allocating.
     spare: Vec<Sequence>,
-    /// Prompt + generated ids of a sample being resumed.
-    resume_tokens: Vec<u32>,
+    /// Requests admitted so far (the next admission stamp).
+    admissions: u64,
+    /// Sequences preempted since start.
+    preemptions: u64,
+    /// Pages found in the prefix cache instead of being prefilled, since start.
+    prefix_hits: u64,
+    /// Slots of the step's decoding sequences in rank order (scratch).
+    order: Vec<u32>,
     out: StepOutput,
     step_buf: Vec<SeqStep<'static>>,
     entries: Vec<StepEntry>,
@@ -322,7 +378,7 @@ impl Engine {
             device: info.device,
             limits,
             max_queued: options.max_queued.max(1),
-            pool: KvPagePool::new(limits.num_pages),
+            pool: KvPagePool::new(limits.num_pages, limits.page_tokens),
             requests: Vec::new(),
             free_requests: Vec::new(),
             by_key: HashMap::new(),
@@ -331,10 +387,13 @@ impl Engine {
             free_slots: (0..limits.max_seqs as u32).rev().collect(),
             paused: Vec::new(),
             cancelled: Vec::new(),
-            last_prefill_client: None,
+            fair: FairShare::default(),
             parked: Vec::new(),
             spare: Vec::new(),
-            resume_tokens: Vec::with_capacity(limits.max_context),
+            admissions: 0,
+            preemptions: 0,
+            prefix_hits: 0,
+            order: Vec::with_capacity(limits.max_seqs),
             out: StepOutput::with_capacity(limits.max_seqs),
             step_buf: Vec::with_capacity(limits.max_seqs),
             launched: [
@@ -388,9 +447,29 @@ impl Engine {
         self.backend.stats()
     }
 
-    /// KV pages free now.
+    /// KV pages no sequence holds now (free, or cached for their prefix and evictable).
     pub fn free_pages(&self) -> usize {
         self.pool.free()
+    }
+
+    /// Sequences preempted (pages freed for recompute) since start.
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+
+    /// KV pages held by more than one sequence now.
+    pub fn shared_pages(&self) -> usize {
+        self.pool.shared()
+    }
+
+    /// KV pages cached for their prefix that no sequence holds now.
+    pub fn cached_pages(&self) -> usize {
+        self.pool.cached()
+    }
+
+    /// Pages taken from the prefix cache instead of being prefilled, since start.
+    pub fn prefix_hits(&self) -> u64 {
+        self.prefix_hits
     }
 
     /// Teacher-forced logits `[tokens, vocab]` of every position of `tokens` (dump and parity
@@ -460,18 +539,6 @@ impl Engine {
         self.limits.max_context
     }
 
-    /// Pages a request needs in all: (shared prompt pages, pages of each sample beyond them).
-    fn page_need(&self, prompt_len: usize, max_tokens: u32, n: u16) -> (usize, usize) {
-        let pt = self.limits.page_tokens;
-        let total = (prompt_len + max_tokens as usize).min(self.context_limit());
-        let per_sample = pages_for(total, pt);
-        if n <= 1 {
-            return (0, per_sample);
-        }
-        let shared = (prompt_len - 1) / pt;
-        (shared, per_sample - shared)
-    }
-
     fn tokenize(&self, prompt: &Prompt) -> Result<Vec<u32>, RequestError> {
         let ids = match prompt {
             Prompt::Tokens(ids) => ids.clone(),
@@ -493,10 +560,29 @@ impl Engine {
         Ok(ids)
     }
 
-    /// Admit queued requests while slots and pages allow: highest priority first, then round
-    /// robin over clients, FIFO within a client. Stops at the first that does not fit so a
-    /// large request is not starved by small ones behind it.
+    /// Pages a request needs to run to its end alone: (prompt pages its samples share, pages
+    /// of each sample beyond them). A request needing more than the pool can never finish and
+    /// is refused at submit.
+    fn page_need(&self, prompt_len: usize, max_tokens: u32, n: u16) -> (usize, usize) {
+        let pt = self.limits.page_tokens;
+        let total = (prompt_len + max_tokens as usize).min(self.context_limit());
+        let per_sample = pages_for(total, pt);
+        if n <= 1 {
+            return (0, per_sample);
+        }
+        let shared = (prompt_len - 1) / pt;
+        (shared, per_sample - shared)
+    }
+
+    /// Resume samples without a slot, then admit queued requests while slots and pages allow:
+    /// least-served client first, then priority, then FIFO ([`super::scheduler`]). Stops at
+    /// the first that does not fit so a large request is not starved by small ones behind it,
+    /// and admits nothing new while a preempted sample waits.
     fn admit(&mut self, now: Instant, sink: &mut dyn EventSink) {
+        let mut backlog = self.prefill_backlog();
+        if !self.resume_off_slot(&mut backlog, sink) {
+            return;
+        }
         while !self.queue.is_empty() {
             let pick = self.pick_queued();
             let Some(qi) = pick else { break };
@@ -506,66 +592,44 @@ impl Engine {
                 continue;
             };
             let n = req.n_samples;
-            let (shared, own) = self.page_need(req.prompt.len(), req.max_tokens, n);
-            let need = shared + own * usize::from(n);
-            if self.free_slots.len() < usize::from(n) || self.pool.free() < need {
+            let prompt_pages = pages_for(req.prompt.len(), self.limits.page_tokens);
+            let need = self.admission_pages(req.prompt.len(), req.max_tokens, n);
+            if self.free_slots.len() < usize::from(n) || !self.reclaim_paused(backlog + need) {
                 break;
             }
             self.queue.remove(qi);
-            if let Err(e) = self.start_request(rid, shared, own, now) {
+            backlog += prompt_pages;
+            if let Err(e) = self.start_request(rid, now) {
                 // The backend refused the sequence (should not happen after validation).
                 self.fail_request(rid, e, Some(&mut *sink));
             }
         }
     }
-
     fn pick_queued(&self) -> Option<usize> {
-        // A paused client's requests wait: admitted, they would hold slots it cannot use.
-        let best = self
-            .queue
-            .iter()
-            .filter_map(|&r| self.requests[r].as_ref())
-            .filter(|r| !self.paused.contains(&r.key.client))
-            .map(|r| r.priority)
-            .max()?;
-        // Round robin: the first queued request of the first client after the last served.
-        let after = self.last_prefill_client;
-        let mut chosen: Option<(bool, ClientId, usize)> = None;
-        for (i, &r) in self.queue.iter().enumerate() {
-            let Some(req) = self.requests[r].as_ref() else {
-                return Some(i);
-            };
-            if req.priority != best || self.paused.contains(&req.key.client) {
-                continue;
-            }
-            let c = req.key.client;
-            // Clients after the last served come first (wrapping).
-            let later = after.is_none_or(|a| c > a);
-            let better = match chosen {
-                None => true,
-                Some((cl, cc, _)) => (later && !cl) || (later == cl && c < cc),
-            };
-            if better {
-                chosen = Some((later, c, i));
-            }
+        if let Some(i) = self.queue.iter().position(|&r| self.requests[r].is_none()) {
+            return Some(i);
         }
-        chosen.map(|(_, _, i)| i)
+        self.queue
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &r)| Some((i, self.requests[r].as_ref()?)))
+            // A paused client's requests wait: admitted, they would hold slots it cannot use.
+            .filter(|(_, req)| !self.paused.contains(&req.key.client))
+            .min_by_key(|&(i, req)| fair_key(&self.fair, req.key.client, req.priority, i))
+            .map(|(i, _)| i)
     }
 
-    fn start_request(
-        &mut self,
-        rid: usize,
-        shared: usize,
-        own: usize,
-        now: Instant,
-    ) -> Result<(), RequestError> {
+    fn start_request(&mut self, rid: usize, now: Instant) -> Result<(), RequestError> {
         let limit_ctx = self.context_limit();
         let longest = self.tokens.longest();
         let strip = self.tokens.strip_leading_space();
+        let stamp = self.admissions;
         let Some(req) = self.requests[rid].as_mut() else {
             return Ok(());
         };
+        self.admissions += 1;
         req.scheduled_at = Some(now);
+        req.stamp = stamp;
         let n = usize::from(req.n_samples);
         let prompt_len = req.prompt.len();
         let total = prompt_len + req.max_tokens as usize;
@@ -578,6 +642,20 @@ impl Engine {
             seq.request = rid;
             seq.sample = sample as u16;
             seq.len = 0;
+            seq.tokens.clear();
+            seq.tokens.extend_from_slice(&req.prompt);
+            seq.prompt_len = prompt_len;
+            // The primary prefills the prompt (all but the last token when it forks); the
+            // other samples wait for the fork.
+            seq.prefill_to = match (sample, n) {
+                (0, 1) => prompt_len,
+                (0, _) => prompt_len - 1,
+                _ => 0,
+            };
+            seq.sample_after_prefill = n == 1;
+            seq.preempted = false;
+            seq.cached_pages = 0;
+            seq.prefix_key = prefix_cache::ROOT;
             seq.decoding = false;
             seq.generated = 0;
             seq.limit = total.min(limit_ctx);
@@ -586,60 +664,41 @@ impl Engine {
             seq.first_token_at = None;
             seq.last_token_at = None;
             seq.table.clear();
-            seq.output.clear();
             seq.ledger.reset();
         }
-        // Pages: the primary holds the shared prompt pages and its own; the others share them.
-        let primary = req.slots[0] as usize;
-        let mut table = std::mem::take(&mut self.seqs[primary].table);
-        let ok = self.pool.take(shared + own, &mut table);
-        debug_assert!(ok, "admission checked free pages");
-        for &slot in &req.slots[1..] {
-            let t = &mut self.seqs[slot as usize].table;
-            for &p in &table[..shared] {
-                self.pool.share(p);
-                t.push(p);
-            }
-            self.pool.take(own, t);
-        }
-        self.seqs[primary].table = table;
         let seed = req.sampling.seed;
         self.backend
             .start_sequence(req.slots[0], &req.sampling, seed, &req.prompt)
             .map_err(|e| RequestError::Backend(e.to_string()))?;
-        if n == 1 {
-            req.prefill_target = prompt_len;
-            req.phase = Phase::Prefill;
-        } else {
-            req.prefill_target = prompt_len - 1;
-            req.phase = Phase::Prefill;
-            if req.prefill_target == 0 {
-                self.fork_samples(rid)?;
-            }
+        req.phase = Phase::Prefill;
+        if n > 1 && prompt_len == 1 {
+            self.fork_samples(rid)?;
         }
         Ok(())
     }
 
-    /// After the primary prefilled all prompt tokens but the last: give every other sample its
-    /// copy of the partial page and its own sampling state, and start all of them decoding from
-    /// the last prompt token.
+    /// After the primary prefilled all prompt tokens but the last: every other sample holds
+    /// the same pages (the partial last one is copied when a sample first writes it) and gets
+    /// its own sampling state; all of them start decoding from the last prompt token.
     fn fork_samples(&mut self, rid: usize) -> Result<(), RequestError> {
-        let pt = self.limits.page_tokens;
         let Some(req) = self.requests[rid].as_mut() else {
             return Ok(());
         };
-        let p = req.prefill_target;
+        let p = req.prompt.len() - 1;
         let primary = req.slots[0];
-        let shared = p / pt;
         for (i, &slot) in req.slots.iter().enumerate() {
             if i > 0 {
-                if p % pt != 0 {
-                    let src = self.seqs[primary as usize].table[shared];
-                    let dst = self.seqs[slot as usize].table[shared];
-                    self.backend
-                        .copy_page(src, dst)
-                        .map_err(|e| RequestError::Backend(e.to_string()))?;
+                for k in 0..self.seqs[primary as usize].table.len() {
+                    let page = self.seqs[primary as usize].table[k];
+                    self.pool.share(page);
+                    self.seqs[slot as usize].table.push(page);
                 }
+                let (cached, key) = {
+                    let p = &self.seqs[primary as usize];
+                    (p.cached_pages, p.prefix_key)
+                };
+                self.seqs[slot as usize].cached_pages = cached;
+                self.seqs[slot as usize].prefix_key = key;
                 self.backend
                     .fork_sequence(
                         primary,
@@ -658,7 +717,6 @@ impl Engine {
         req.phase = Phase::Decode;
         Ok(())
     }
-
     /// Emit `Error` for a request as a whole and forget it (no `Done` follows).
     fn fail_request(&mut self, rid: usize, error: RequestError, sink: Option<&mut dyn EventSink>) {
         if let (Some(sink), Some(req)) = (sink, self.requests[rid].as_ref()) {
@@ -679,8 +737,10 @@ impl Engine {
             if slot == PARKED {
                 continue;
             }
+            // A sample that ended earlier left its slot number behind; the slot may serve
+            // another request by now.
             let seq = &mut self.seqs[slot as usize];
-            if seq.active {
+            if seq.active && seq.request == rid {
                 seq.active = false;
                 self.pool.release(&mut seq.table);
                 self.free_slots.push(slot);
@@ -701,6 +761,7 @@ impl Engine {
             self.queue.remove(qi);
         }
         self.by_key.remove(&req.key);
+        self.fair.finished(req.key.client);
         self.free_requests.push(rid);
     }
 
@@ -887,52 +948,6 @@ impl Engine {
         }
     }
 
-    /// Give parked samples of clients no longer paused a free slot again, oldest first, before
-    /// any new request is admitted.
-    fn resume_parked(&mut self, sink: &mut dyn EventSink) {
-        let mut i = 0;
-        while i < self.parked.len() && !self.free_slots.is_empty() {
-            let rid = self.parked[i].request;
-            let Some(req) = self.requests[rid].as_ref() else {
-                i += 1;
-                continue;
-            };
-            if self.paused.contains(&req.key.client) {
-                i += 1;
-                continue;
-            }
-            let mut seq = self.parked.remove(i);
-            let slot = self.free_slots.pop().unwrap_or_default();
-            // The new slot's device token ring holds its previous occupant's token: feed this
-            // sample's last token from the host, and mark the slot's new occupancy.
-            seq.input_sampled = false;
-            seq.epoch = self.seqs[slot as usize].epoch.wrapping_add(1);
-            let sample = usize::from(seq.sample);
-            // Rebuild the slot's sampling state: the prompt and the ids generated so far (the
-            // repetition penalty counts both), a random stream derived from seed, sample and
-            // position (module docs).
-            self.resume_tokens.clear();
-            self.resume_tokens.extend_from_slice(&req.prompt);
-            self.resume_tokens.extend_from_slice(&seq.output);
-            let seed = req
-                .sampling
-                .seed
-                .wrapping_add(sample as u64)
-                .wrapping_add(u64::from(seq.generated).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-            let started =
-                self.backend
-                    .start_sequence(slot, &req.sampling, seed, &self.resume_tokens);
-            let old = std::mem::replace(&mut self.seqs[slot as usize], seq);
-            self.spare.push(old);
-            if let Some(req) = self.requests[rid].as_mut() {
-                req.slots[sample] = slot;
-            }
-            if let Err(e) = started {
-                self.fail_request(rid, RequestError::Backend(e.to_string()), Some(&mut *sink));
-            }
-        }
-    }
-
     /// Enter a token a step of `batch` entries produced in its sample's ledger, before
     /// `accept_token` acts on it (a stop token ends the sample, and its `Done` carries the
     /// ledger).
@@ -986,7 +1001,7 @@ impl Engine {
         seq.generated += 1;
         seq.input = [id];
         seq.input_sampled = true;
-        seq.output.push(id);
+        seq.tokens.push(id);
         sink.emit(EngineEvent::Tokens {
             key,
             sample,
@@ -1038,52 +1053,14 @@ impl Engine {
         }
     }
 
-    /// Build the step's batch: every runnable decoding sample, then prefill chunks.
-    fn plan_prefill_order(&mut self) {
-        self.prefill_order.clear();
-        // Requests in prefill, clients after the last served first.
-        for seq in &self.seqs {
-            if !seq.active || seq.sample != 0 || seq.decoding {
-                continue;
-            }
-            let Some(req) = self.requests[seq.request].as_ref() else {
-                continue;
-            };
-            if req.phase != Phase::Prefill || self.paused.contains(&req.key.client) {
-                continue;
-            }
-            self.prefill_order.push(seq.request);
-        }
-        let after = self.last_prefill_client;
-        let requests = &self.requests;
-        let key = |rid: &usize| {
-            let r = requests[*rid]
-                .as_ref()
-                .map(|r| (r.priority, r.key.client, r.received_at));
-            match r {
-                Some((p, c, at)) => (
-                    std::cmp::Reverse(p),
-                    after.is_some_and(|a| c <= a),
-                    c,
-                    Some(at),
-                ),
-                None => (
-                    std::cmp::Reverse(0),
-                    true,
-                    ClientId {
-                        slot: u32::MAX,
-                        generation: u32::MAX,
-                    },
-                    None,
-                ),
-            }
-        };
-        // sort_unstable_by_key on a small, preallocated vector: no allocation.
-        self.prefill_order.sort_unstable_by_key(key);
-    }
-
-    /// Remember `self.entries` as the newest launched step.
+    /// Remember `self.entries` as the newest launched step, and charge each client the
+    /// tokens it is served there.
     fn push_launched(&mut self) {
+        for e in &self.entries {
+            if let Some(req) = self.requests[e.request].as_ref() {
+                self.fair.charge(req.key.client, e.prefill.max(1));
+            }
+        }
         let at = (self.launched_head + self.launched_len) % self.launched.len();
         self.launched[at].clear();
         self.launched[at].extend_from_slice(&self.entries);
@@ -1097,70 +1074,6 @@ impl Engine {
             if self.requests[rid].is_some() {
                 self.fail_request(rid, error.clone(), Some(sink));
             }
-        }
-    }
-
-    /// With one step in flight, launch the next decode step of its sequences without waiting
-    /// for its tokens: each feeds the token its slot samples in the step in flight
-    /// (`from_last_sample`), one position further. Only when the step in flight was pure
-    /// decode and nothing else waits (no cancel, no queued request, no prefill, no paused
-    /// client in it), and only for sequences that cannot finish by count in the step in
-    /// flight: a sequence that stops on a token there costs this one discarded step.
-    fn launch_speculative(&mut self, sink: &mut dyn EventSink) {
-        if !self.backend.overlaps() || !self.cancelled.is_empty() || !self.queue.is_empty() {
-            return;
-        }
-        let prev = &self.launched[self.launched_head];
-        if prev.is_empty() || prev.iter().any(|e| e.prefill > 0) {
-            return;
-        }
-        let prefilling = self
-            .requests
-            .iter()
-            .flatten()
-            .any(|r| r.phase == Phase::Prefill);
-        if prefilling {
-            return;
-        }
-        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
-        self.entries.clear();
-        for e in prev {
-            let seq = &self.seqs[e.slot as usize];
-            if !seq.active || !seq.decoding || seq.epoch != e.epoch || seq.request != e.request {
-                continue;
-            }
-            let Some(req) = self.requests[seq.request].as_ref() else {
-                continue;
-            };
-            // The step in flight brings generated + 1 tokens; one more must still be allowed.
-            let after = seq.generated as usize + 1;
-            if after >= req.max_tokens as usize
-                || req.prompt.len() + after >= seq.limit
-                || self.paused.contains(&req.key.client)
-            {
-                continue;
-            }
-            batch.push(SeqStep {
-                slot: e.slot,
-                tokens: &seq.input,
-                start_pos: seq.len as u32 + 1,
-                block_table: &seq.table,
-                sample: true,
-                want_logits: false,
-                from_last_sample: true,
-            });
-            self.entries.push(*e);
-        }
-        let result = if batch.is_empty() {
-            Ok(false)
-        } else {
-            self.backend.launch(&batch, &mut self.out).map(|()| true)
-        };
-        self.step_buf = recycle(batch);
-        match result {
-            Ok(true) => self.push_launched(),
-            Ok(false) => {}
-            Err(e) => self.fail_entries(RequestError::Backend(e.to_string()), sink),
         }
     }
 
@@ -1195,36 +1108,58 @@ impl Engine {
                 .charge(&StepShare::split(&report, i, batch));
             let sampled = self.out.samples.get(i).copied().flatten();
             if entry.prefill > 0 {
-                let Some(req) = self.requests[entry.request].as_mut() else {
-                    continue;
-                };
-                req.prefilled += entry.prefill;
-                let done = req.prefilled == req.prefill_target;
-                let forks = req.n_samples > 1;
-                self.seqs[entry.slot as usize].len += entry.prefill;
+                let seq = &mut self.seqs[entry.slot as usize];
+                seq.len += entry.prefill;
+                let done = seq.len == seq.prefill_to;
+                self.register_full_pages(entry.slot);
                 if done {
-                    if forks {
-                        if let Err(e) = self.fork_samples(entry.request) {
-                            self.fail_request(entry.request, e, Some(sink));
-                        }
-                    } else {
-                        if let Some(req) = self.requests[entry.request].as_mut() {
-                            req.phase = Phase::Decode;
-                        }
-                        self.seqs[entry.slot as usize].decoding = true;
-                        if let Some(tok) = sampled {
-                            self.note_token(entry.slot, tok.token, now, &report, batch);
-                            self.accept_token(entry.slot, tok, now, sink);
-                        }
+                    // The token a fresh request samples after its prompt enters the ledger
+                    // before `prefill_done` hands it to `accept_token`.
+                    if let Some(tok) = sampled
+                        && self.seqs[entry.slot as usize].sample_after_prefill
+                    {
+                        self.note_token(entry.slot, tok.token, now, &report, batch);
                     }
+                    self.prefill_done(entry.slot, sampled, now, sink);
                 }
             } else {
                 self.seqs[entry.slot as usize].len += 1;
+                self.register_full_pages(entry.slot);
                 if let Some(tok) = sampled {
                     self.note_token(entry.slot, tok.token, now, &report, batch);
                     self.accept_token(entry.slot, tok, now, sink);
                 }
             }
+        }
+    }
+
+    /// `slot` prefilled all it had to: a fork's primary forks its request's samples; any other
+    /// sequence decodes, from the token it sampled after its prompt (a fresh request) or from
+    /// its last sampled token (a recompute, which samples nothing).
+    fn prefill_done(
+        &mut self,
+        slot: u32,
+        sampled: Option<SampledToken>,
+        now: Instant,
+        sink: &mut dyn EventSink,
+    ) {
+        let seq = &mut self.seqs[slot as usize];
+        let rid = seq.request;
+        let Some(req) = self.requests[rid].as_mut() else {
+            return;
+        };
+        if req.phase == Phase::Prefill && req.n_samples > 1 {
+            if let Err(e) = self.fork_samples(rid) {
+                self.fail_request(rid, e, Some(sink));
+            }
+            return;
+        }
+        req.phase = Phase::Decode;
+        seq.decoding = true;
+        if std::mem::take(&mut seq.sample_after_prefill)
+            && let Some(tok) = sampled
+        {
+            self.accept_token(slot, tok, now, sink);
         }
     }
 }
@@ -1282,8 +1217,7 @@ impl InferenceEngine for Engine {
             scheduled_at: None,
             prompt,
             phase: Phase::Queued,
-            prefill_target: 0,
-            prefilled: 0,
+            stamp: 0,
             slots: Vec::with_capacity(usize::from(request.n_samples)),
             samples_left: request.n_samples,
             cancelled: false,
@@ -1299,6 +1233,7 @@ impl InferenceEngine for Engine {
             }
         };
         self.by_key.insert(request.key, rid);
+        self.fair.submitted(request.key.client);
         self.queue.push_back(rid);
         Ok(())
     }
@@ -1325,9 +1260,7 @@ impl InferenceEngine for Engine {
         }
         self.cancelled.retain(|&r| self.requests[r].is_some());
         self.paused.retain(|&c| c != client);
-        if self.last_prefill_client == Some(client) {
-            self.last_prefill_client = None;
-        }
+        self.fair.forget(client);
     }
 
     fn set_paused(&mut self, client: ClientId, paused: bool) {
@@ -1356,79 +1289,36 @@ impl InferenceEngine for Engine {
         let now = Instant::now();
         self.process_cancels(sink);
         self.park_paused();
-        self.resume_parked(sink);
         self.admit(now, sink);
-        self.plan_prefill_order();
+        self.plan_step(sink);
 
         // Build the batch (borrows requests and sequences; the entries remember who is who).
         let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
-        self.entries.clear();
-        let mut budget = self.limits.max_step_tokens;
-        for (slot, seq) in self.seqs.iter().enumerate() {
-            if !seq.active || !seq.decoding || budget == 0 {
-                continue;
-            }
-            let Some(req) = self.requests[seq.request].as_ref() else {
-                continue;
-            };
-            if self.paused.contains(&req.key.client) {
-                continue;
-            }
-            batch.push(SeqStep {
-                slot: slot as u32,
-                tokens: &seq.input,
-                start_pos: seq.len as u32,
-                block_table: &seq.table,
-                sample: true,
-                want_logits: false,
-                from_last_sample: seq.input_sampled,
+        for e in &self.entries {
+            let seq = &self.seqs[e.slot as usize];
+            batch.push(if e.prefill == 0 {
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.input,
+                    start_pos: seq.len as u32,
+                    block_table: &seq.table,
+                    sample: true,
+                    want_logits: false,
+                    from_last_sample: seq.input_sampled,
+                }
+            } else {
+                let end = seq.len + e.prefill;
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.tokens[seq.len..end],
+                    start_pos: seq.len as u32,
+                    block_table: &seq.table,
+                    sample: end == seq.prefill_to && seq.sample_after_prefill,
+                    want_logits: false,
+                    from_last_sample: false,
+                }
             });
-            self.entries.push(StepEntry {
-                slot: slot as u32,
-                request: seq.request,
-                prefill: 0,
-                epoch: seq.epoch,
-            });
-            budget -= 1;
         }
-        let mut served: Option<ClientId> = None;
-        for &rid in &self.prefill_order {
-            if budget == 0 || batch.len() >= self.limits.max_seqs {
-                break;
-            }
-            let Some(req) = self.requests[rid].as_ref() else {
-                continue;
-            };
-            let remaining = req.prefill_target - req.prefilled;
-            let chunk = remaining.min(budget);
-            if chunk == 0 {
-                continue;
-            }
-            let slot = req.slots[0];
-            let seq = &self.seqs[slot as usize];
-            let finishes = req.prefilled + chunk == req.prompt.len();
-            batch.push(SeqStep {
-                slot,
-                tokens: &req.prompt[req.prefilled..req.prefilled + chunk],
-                start_pos: req.prefilled as u32,
-                block_table: &seq.table,
-                sample: finishes,
-                want_logits: false,
-                from_last_sample: false,
-            });
-            self.entries.push(StepEntry {
-                slot,
-                request: rid,
-                prefill: chunk,
-                epoch: seq.epoch,
-            });
-            budget -= chunk;
-            served = Some(req.key.client);
-        }
-        if served.is_some() {
-            self.last_prefill_client = served;
-        }
-        let pure_decode = self.entries.iter().all(|e| e.prefill == 0);
         let result = if batch.is_empty() {
             Ok(false)
         } else {
@@ -1443,9 +1333,9 @@ impl InferenceEngine for Engine {
             Ok(false) => {}
             Ok(true) => {
                 self.push_launched();
-                // A pure decode step on a backend that overlaps stays in flight: the next call
-                // launches its successor before collecting it. Anything else is collected now.
-                if !(pure_decode && self.backend.overlaps()) {
+                // On a backend that overlaps the step stays in flight: the next call launches
+                // its successor before collecting it when it can (`launch_speculative`).
+                if !self.backend.overlaps() {
                     self.collect_oldest(sink);
                 }
             }
@@ -1520,7 +1410,23 @@ impl InferenceEngine for Engine {
             Relaxed,
         );
         g.queued.store(self.queue.len() as u64, Relaxed);
-        g.parked.store(self.parked.len() as u64, Relaxed);
+        let preempted = self.parked.iter().filter(|s| s.preempted).count() as u64;
+        g.parked
+            .store(self.parked.len() as u64 - preempted, Relaxed);
+        g.preempted.store(preempted, Relaxed);
+        g.preemptions.store(self.preemptions, Relaxed);
+        g.kv_pages_shared.store(self.pool.shared() as u64, Relaxed);
+        g.kv_pages_cached.store(self.pool.cached() as u64, Relaxed);
+        g.prefix_hit_pages.store(self.prefix_hits, Relaxed);
+        // Never wait for an admin reply reading the table: the next step publishes again.
+        if let Ok(mut rows) = g.client_tokens.try_lock() {
+            rows.clear();
+            rows.extend(
+                self.fair
+                    .served()
+                    .map(|(client, tokens)| super::api::ClientTokens { client, tokens }),
+            );
+        }
         let d = self.backend.stats();
         g.steps.store(d.steps, Relaxed);
         g.graph_steps.store(d.graph_steps, Relaxed);

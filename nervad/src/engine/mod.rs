@@ -9,6 +9,8 @@ pub mod dump;
 pub mod kv_pool;
 pub mod ledger;
 pub mod model;
+pub mod prefix_cache;
+pub mod scheduler;
 
 pub use api::{
     ClientId, EngineEvent, EngineInfo, EventSink, FinishReason, GenerateRequest, InferenceEngine,

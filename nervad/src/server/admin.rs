@@ -157,12 +157,16 @@ pub fn status_json(
             "pages_total": ctx.engine.kv_pages_total,
             "pages_used": used,
             "pages_free": u64::from(ctx.engine.kv_pages_total).saturating_sub(used),
+            "pages_shared": live.kv_pages_shared.load(Relaxed),
+            "pages_cached": live.kv_pages_cached.load(Relaxed),
             "page_tokens": ctx.engine.kv_page_tokens,
         },
         "scheduler": {
             "running": live.running.load(Relaxed),
             "queued": live.queued.load(Relaxed),
             "parked": live.parked.load(Relaxed),
+            "preempted": live.preempted.load(Relaxed),
+            "preemptions": live.preemptions.load(Relaxed),
         },
         "arenas": {
             "segment_backing": backing,

@@ -100,6 +100,11 @@ struct ServeArgs {
     /// the HTTP gateway answers 429).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     max_queued: u32,
+    /// Most tokens one step computes: the decode token of every running sequence first, then
+    /// prefill chunks up to this budget (a longer prompt is split across steps, so decoding
+    /// streams keep their pace while it prefills). Raised to --max-batch if below it.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    max_step_tokens: u32,
     /// Longest sequence served (0 = the model's max_position_embeddings).
     #[arg(long, default_value_t = 0)]
     max_context: usize,
@@ -314,6 +319,7 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
             let options = crate::engine::EngineOptions {
                 max_batch: args.max_batch as usize,
                 max_queued: args.max_queued as usize,
+                max_step_tokens: args.max_step_tokens as usize,
                 max_context: args.max_context,
                 kv_budget_bytes,
                 threads: args.threads,

@@ -277,6 +277,24 @@ pub struct ScriptedBackend {
     pub log: StepLog,
     /// Behave like a device backend: the engine may launch a step before collecting the last.
     pub overlap: bool,
+    /// Model a paged KV pool instead of following the script: every step writes its tokens
+    /// into the pages of its block table, and a sample is a hash of the tokens read back
+    /// through the block table at positions `0..=last` (a byte letter). Reading a position
+    /// never written fails the step. Any page mix-up (a page reused while held, a missing
+    /// copy-on-write, a skipped recompute) then changes the output.
+    pub kv_model: bool,
+    /// Launches of a step with a prefill chunk while another step was in flight (a device
+    /// running step t while the host launched step t+1).
+    pub prefill_launched_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Launches of any step while another was in flight.
+    pub launched_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Token at each (page, offset) written so far; `u32::MAX` = never written.
+    kv: Vec<u32>,
+    /// Per slot: the token it sampled last (what `from_last_sample` feeds, as on a device).
+    last_sample: Vec<u32>,
+    /// Per slot: the seed it was started, forked or resumed with (mixed into `kv_model`
+    /// samples, so forked samples differ).
+    seeds: Vec<u64>,
     pending: std::collections::VecDeque<Vec<Option<SampledToken>>>,
 }
 
@@ -288,6 +306,12 @@ impl ScriptedBackend {
             script,
             log: Default::default(),
             overlap: false,
+            kv_model: false,
+            prefill_launched_ahead: Default::default(),
+            launched_ahead: Default::default(),
+            kv: vec![u32::MAX; limits.num_pages * limits.page_tokens],
+            last_sample: vec![0; limits.max_seqs],
+            seeds: vec![0; limits.max_seqs],
             pending: std::collections::VecDeque::new(),
         }
     }
@@ -307,10 +331,23 @@ impl Backend for ScriptedBackend {
         &mut self,
         slot: u32,
         _: &SamplingParams,
-        _: u64,
+        seed: u64,
         _: &[u32],
     ) -> Result<(), BackendError> {
         self.counters[slot as usize] = 0;
+        self.seeds[slot as usize] = seed;
+        Ok(())
+    }
+    fn resume_sequence(
+        &mut self,
+        slot: u32,
+        _: &SamplingParams,
+        seed: u64,
+        _: &[u32],
+        output: &[u32],
+    ) -> Result<(), BackendError> {
+        self.counters[slot as usize] = output.len();
+        self.seeds[slot as usize] = seed;
         Ok(())
     }
     fn fork_sequence(
@@ -318,12 +355,16 @@ impl Backend for ScriptedBackend {
         src: u32,
         dst: u32,
         _: &SamplingParams,
-        _: u64,
+        seed: u64,
     ) -> Result<(), BackendError> {
         self.counters[dst as usize] = self.counters[src as usize];
+        self.seeds[dst as usize] = seed;
         Ok(())
     }
-    fn copy_page(&mut self, _: u32, _: u32) -> Result<(), BackendError> {
+    fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), BackendError> {
+        let pt = self.limits.page_tokens;
+        let (s, d) = (src as usize * pt, dst as usize * pt);
+        self.kv.copy_within(s..s + pt, d);
         Ok(())
     }
     fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
@@ -334,6 +375,18 @@ impl Backend for ScriptedBackend {
                 "{most} step(s) in flight at most"
             )));
         }
+        if !self.pending.is_empty() {
+            self.launched_ahead
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        if !self.pending.is_empty()
+            && batch
+                .iter()
+                .any(|s| !s.from_last_sample && s.tokens.len() > 1)
+        {
+            self.prefill_launched_ahead
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Ok(mut log) = self.log.lock() {
             log.push(
                 batch
@@ -343,8 +396,40 @@ impl Backend for ScriptedBackend {
             );
         }
         out.samples.clear();
+        let pt = self.limits.page_tokens;
         for s in batch {
-            if s.sample {
+            if self.kv_model {
+                for (k, &tok) in s.tokens.iter().enumerate() {
+                    let tok = if s.from_last_sample {
+                        self.last_sample[s.slot as usize]
+                    } else {
+                        tok
+                    };
+                    let pos = s.start_pos as usize + k;
+                    self.kv[s.block_table[pos / pt] as usize * pt + pos % pt] = tok;
+                }
+            }
+            if s.sample && self.kv_model {
+                let last = s.start_pos as usize + s.tokens.len();
+                let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ self.seeds[s.slot as usize];
+                for pos in 0..last {
+                    let tok = self.kv[s.block_table[pos / pt] as usize * pt + pos % pt];
+                    if tok == u32::MAX {
+                        return Err(BackendError::InvalidInput(format!(
+                            "slot {} reads unwritten position {pos}",
+                            s.slot
+                        )));
+                    }
+                    h = (h ^ u64::from(tok)).wrapping_mul(0x100_0000_01b3);
+                }
+                let token = u32::from(b'a') + (h % 26) as u32;
+                self.last_sample[s.slot as usize] = token;
+                out.samples.push(Some(SampledToken {
+                    token,
+                    logprob: -0.5,
+                    ..SampledToken::default()
+                }));
+            } else if s.sample {
                 let c = &mut self.counters[s.slot as usize];
                 let token = self.script.get(*c).copied().unwrap_or(u32::from(b'.'));
                 *c += 1;

@@ -636,6 +636,17 @@ impl Backend for CpuBackend {
         self.sampler.start(slot, params, seed, prompt)
     }
 
+    fn resume_sequence(
+        &mut self,
+        slot: u32,
+        params: &SamplingParams,
+        seed: u64,
+        prompt: &[u32],
+        output: &[u32],
+    ) -> Result<(), BackendError> {
+        self.sampler.resume(slot, params, seed, prompt, output)
+    }
+
     fn fork_sequence(
         &mut self,
         src: u32,

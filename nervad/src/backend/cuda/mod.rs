@@ -1669,11 +1669,14 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Upload `slot`'s parameters, seed and draw index (the random stream's position: the
+    /// sample kernel advances it once per sampled token).
     fn write_slot_params(
         &mut self,
         slot: u32,
         p: &SamplingParams,
         seed: u64,
+        draws: u64,
     ) -> Result<(), BackendError> {
         let mut raw = [0u8; SLOT_PARAMS_BYTES];
         raw[0..4].copy_from_slice(&p.temperature.to_ne_bytes());
@@ -1685,7 +1688,7 @@ impl CudaBackend {
         raw[24..28].copy_from_slice(&p.frequency_penalty.to_ne_bytes());
         raw[28..32].copy_from_slice(&u32::from(p.top_logprobs).to_ne_bytes());
         raw[32..40].copy_from_slice(&seed.to_ne_bytes());
-        // draws (40..48) start at 0.
+        raw[40..48].copy_from_slice(&draws.to_ne_bytes());
         let at = self.bufs.params.at(slot as usize * SLOT_PARAMS_BYTES);
         self.gpu.upload(at, &raw)
     }
@@ -1785,7 +1788,7 @@ impl Backend for CudaBackend {
         let vocab = self.config.vocab_size;
         check_start(params, slot, self.limits.max_seqs, prompt, vocab)?;
         self.gpu.bind()?;
-        self.write_slot_params(slot, params, seed)?;
+        self.write_slot_params(slot, params, seed, 0)?;
         let s = slot as usize;
         self.gpu
             .zero(self.bufs.counts.at(s * vocab * 4), vocab * 4)?;
@@ -1827,7 +1830,36 @@ impl Backend for CudaBackend {
             words * 4,
         )?;
         self.gpu.copy(b.sampled.at(d * 4), b.sampled.at(s * 4), 4)?;
-        self.write_slot_params(dst, params, seed)
+        self.write_slot_params(dst, params, seed, 0)
+    }
+
+    fn resume_sequence(
+        &mut self,
+        slot: u32,
+        params: &SamplingParams,
+        seed: u64,
+        prompt: &[u32],
+        output: &[u32],
+    ) -> Result<(), BackendError> {
+        let vocab = self.config.vocab_size;
+        if let Some(&bad) = output.iter().find(|&&t| t as usize >= vocab) {
+            return Err(BackendError::InvalidInput(format!(
+                "token {bad} outside vocabulary"
+            )));
+        }
+        self.start_sequence(slot, params, seed, prompt)?;
+        // The sample kernel counts every sampled token (`cnt[token] += 1`) and advances the
+        // slot's draw index once per sample, greedy included (kernels/sampling.cu): restore
+        // both. Resuming is rare (preemption, parking), so a host vector is fine here.
+        if !output.is_empty() {
+            let mut counts = vec![0u32; vocab];
+            for &t in output {
+                counts[t as usize] += 1;
+            }
+            let at = self.bufs.counts.at(slot as usize * vocab * 4);
+            self.gpu.upload(at, u32_bytes(&counts))?;
+        }
+        self.write_slot_params(slot, params, seed, output.len() as u64)
     }
 
     fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), BackendError> {

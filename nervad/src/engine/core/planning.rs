@@ -1,0 +1,289 @@
+//! Forming steps: the planned step (decodes by rank, then prefill chunks by fair share, each
+//! taking its pages) and the step launched ahead while one is in flight.
+
+use super::*;
+
+impl Engine {
+    /// Order the slots waiting to prefill (initially or recomputing): least-served client
+    /// first, then priority, then arrival, then sample.
+    pub(super) fn plan_prefill_order(&mut self) {
+        self.prefill_order.clear();
+        for (slot, seq) in self.seqs.iter().enumerate() {
+            if !seq.active || !seq.prefilling() {
+                continue;
+            }
+            let Some(req) = self.requests[seq.request].as_ref() else {
+                continue;
+            };
+            if self.paused.contains(&req.key.client) {
+                continue;
+            }
+            self.prefill_order.push(slot);
+        }
+        let requests = &self.requests;
+        let seqs = &self.seqs;
+        let fair = &self.fair;
+        let key = |slot: &usize| {
+            let seq = &seqs[*slot];
+            requests[seq.request]
+                .as_ref()
+                .map(|r| fair_key(fair, r.key.client, r.priority, (r.received_at, seq.sample)))
+        };
+        // sort_unstable_by_key on a small, preallocated vector: no allocation.
+        self.prefill_order.sort_unstable_by_key(key);
+    }
+
+    /// Choose the step's entries into `self.entries`: every runnable decoding sample (best
+    /// rank first, each taking the page its next position needs, preempting lower-ranked
+    /// sequences when the pool is dry, or itself when it ranks lowest), then prefill chunks
+    /// filling the token budget with the pages left.
+    pub(super) fn plan_step(&mut self, sink: &mut dyn EventSink) {
+        self.entries.clear();
+        let mut budget = self.limits.max_step_tokens;
+        self.order.clear();
+        for (slot, seq) in self.seqs.iter().enumerate() {
+            if !seq.active || !seq.decoding {
+                continue;
+            }
+            let Some(req) = self.requests[seq.request].as_ref() else {
+                continue;
+            };
+            if !self.paused.contains(&req.key.client) {
+                self.order.push(slot as u32);
+            }
+        }
+        let requests = &self.requests;
+        let seqs = &self.seqs;
+        self.order
+            .sort_unstable_by_key(|&slot| Self::rank_of(requests, &seqs[slot as usize]));
+        for i in 0..self.order.len() {
+            let slot = self.order[i];
+            let seq = &self.seqs[slot as usize];
+            // A lower-ranked sequence may have been preempted for a better one already.
+            if !seq.active || !seq.decoding || budget == 0 {
+                continue;
+            }
+            let (rid, pos, epoch) = (seq.request, seq.len, seq.epoch);
+            let rank = Self::rank_of(&self.requests, seq);
+            let need = self.pages_to_write(slot, pos, pos + 1);
+            if need > 0 && !self.make_room(need, rank) {
+                self.preempt(slot);
+                continue;
+            }
+            if let Err(e) = self.prepare_write(slot, pos, pos + 1) {
+                self.fail_request(rid, e, Some(&mut *sink));
+                continue;
+            }
+            self.entries.push(StepEntry {
+                slot,
+                request: rid,
+                prefill: 0,
+                epoch,
+            });
+            budget -= 1;
+        }
+
+        self.plan_prefill_order();
+        let pt = self.limits.page_tokens;
+        for i in 0..self.prefill_order.len() {
+            if budget == 0 || self.entries.len() >= self.limits.max_seqs {
+                break;
+            }
+            let slot = self.prefill_order[i] as u32;
+            if !self.seqs[slot as usize].active {
+                continue;
+            }
+            self.extend_from_cache(slot);
+            let seq = &self.seqs[slot as usize];
+            if !seq.prefilling() {
+                // The cache held all of it (a recompute, or a fork's shared prompt).
+                self.prefill_done(slot, None, Instant::now(), sink);
+                continue;
+            }
+            let (rid, from, epoch) = (seq.request, seq.len, seq.epoch);
+            let rank = Self::rank_of(&self.requests, seq);
+            let mut to = from + (seq.prefill_to - from).min(budget);
+            let need = self.pages_to_write(slot, from, to);
+            if need > self.pool.free() {
+                // Only lower-ranked prefills and parked samples make room for a prefill
+                // (running decodes are in the step already); then the chunk shrinks to the
+                // pages there are.
+                self.make_room(need, rank);
+                let seq = &self.seqs[slot as usize];
+                to = to.min((seq.table.len() + self.pool.free()) * pt);
+                if to <= from || self.pages_to_write(slot, from, to) > self.pool.free() {
+                    continue;
+                }
+            }
+            if let Err(e) = self.prepare_write(slot, from, to) {
+                self.fail_request(rid, e, Some(&mut *sink));
+                continue;
+            }
+            self.entries.push(StepEntry {
+                slot,
+                request: rid,
+                prefill: to - from,
+                epoch,
+            });
+            budget -= to - from;
+        }
+        // A request failed above may have had entries already.
+        let seqs = &self.seqs;
+        self.entries.retain(|e| {
+            let seq = &seqs[e.slot as usize];
+            seq.active && seq.epoch == e.epoch && seq.request == e.request
+        });
+    }
+
+    /// With one step in flight, launch the next step of its sequences without waiting for its
+    /// tokens, so the device never idles while the host learns them. Each decode entry
+    /// decodes one position further, feeding the token its slot samples in the step in flight
+    /// (`from_last_sample`); each prefill chunk goes on with its next chunk (its tokens are on
+    /// the host), and a prefill that ends in the step in flight decodes next (from its sampled
+    /// token, or its last token after a recompute). Only when nothing else waits (no cancel,
+    /// no queued request that a free slot could take, no prefill outside the step, no sample
+    /// waiting for a slot, no paused client in the step, no fork due: a fork changes host
+    /// state the next step needs; a full batch with a queue behind it keeps launching ahead
+    /// until a slot frees), only for
+    /// sequences that cannot finish by count in the step in flight (a sequence that stops on a
+    /// token there costs this one discarded entry), and only when the pages the step needs are
+    /// free (otherwise the next planned step preempts).
+    pub(super) fn launch_speculative(&mut self, sink: &mut dyn EventSink) {
+        let could_admit = !self.queue.is_empty() && !self.free_slots.is_empty();
+        if !self.backend.overlaps() || !self.cancelled.is_empty() || could_admit {
+            return;
+        }
+        let prev = &self.launched[self.launched_head];
+        if prev.is_empty() {
+            return;
+        }
+        let in_prev = |slot: usize| prev.iter().any(|e| e.slot as usize == slot);
+        // Work of a paused client waits for the client, not for this step.
+        let runnable = |s: &Sequence| {
+            self.requests[s.request]
+                .as_ref()
+                .is_some_and(|r| !self.paused.contains(&r.key.client))
+        };
+        let waiting = self
+            .seqs
+            .iter()
+            .enumerate()
+            .any(|(slot, s)| s.active && s.prefilling() && !in_prev(slot) && runnable(s))
+            || self.parked.iter().any(runnable);
+        if waiting {
+            return;
+        }
+        let pt = self.limits.page_tokens;
+        self.entries.clear();
+        let mut new_pages = 0usize;
+        let mut budget = self.limits.max_step_tokens;
+        for e in prev {
+            let seq = &self.seqs[e.slot as usize];
+            if !seq.active || seq.epoch != e.epoch || seq.request != e.request {
+                continue;
+            }
+            let Some(req) = self.requests[seq.request].as_ref() else {
+                continue;
+            };
+            if self.paused.contains(&req.key.client) {
+                return;
+            }
+            // Where the sequence stands once the step in flight is collected.
+            let at = seq.len + e.prefill.max(1);
+            let decodes_next = e.prefill == 0 || at == seq.prefill_to;
+            let next = if decodes_next {
+                if e.prefill > 0 && req.phase == Phase::Prefill && req.n_samples > 1 {
+                    return;
+                }
+                // Tokens it will have sampled after the step in flight (none more after a
+                // recompute); the next step samples one more, which must still be allowed.
+                let sampled_now = e.prefill == 0 || seq.sample_after_prefill;
+                let after = seq.generated as usize + usize::from(sampled_now);
+                if after >= req.max_tokens as usize || seq.prompt_len + after >= seq.limit {
+                    continue;
+                }
+                1
+            } else {
+                (seq.prefill_to - at).min(budget)
+            };
+            if next == 0 || budget < next {
+                return;
+            }
+            budget -= next;
+            // Written before the step in flight's tokens are known: never into a page others
+            // hold (past a fork's first step only full pages, never written again, are shared).
+            for i in at / pt..pages_for(at + next, pt) {
+                match seq.table.get(i) {
+                    Some(&page) if self.pool.refs(page) > 1 => return,
+                    Some(_) => {}
+                    None => new_pages += 1,
+                }
+            }
+            self.entries.push(StepEntry {
+                prefill: if decodes_next { 0 } else { next },
+                ..*e
+            });
+        }
+        if new_pages > self.pool.free() {
+            return;
+        }
+        // The in-flight entry of a slot (every entry here has one).
+        let prev = &self.launched[self.launched_head];
+        let before = |slot: u32| {
+            prev.iter()
+                .find(|p| p.slot == slot)
+                .map_or(1, |p| p.prefill)
+        };
+        for e in &self.entries {
+            let seq = &mut self.seqs[e.slot as usize];
+            let end = seq.len + before(e.slot).max(1) + e.prefill.max(1);
+            while seq.table.len() < pages_for(end, pt) {
+                match self.pool.alloc() {
+                    Some(page) => seq.table.push(page),
+                    None => return,
+                }
+            }
+        }
+        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
+        for e in &self.entries {
+            let seq = &self.seqs[e.slot as usize];
+            let was = before(e.slot);
+            let at = seq.len + was.max(1);
+            batch.push(if e.prefill == 0 {
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.input,
+                    start_pos: at as u32,
+                    block_table: &seq.table,
+                    sample: true,
+                    want_logits: false,
+                    // The slot samples this token in the step in flight, except after a
+                    // recompute: then it is the host's last token.
+                    from_last_sample: was == 0 || seq.sample_after_prefill,
+                }
+            } else {
+                let end = at + e.prefill;
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.tokens[at..end],
+                    start_pos: at as u32,
+                    block_table: &seq.table,
+                    sample: end == seq.prefill_to && seq.sample_after_prefill,
+                    want_logits: false,
+                    from_last_sample: false,
+                }
+            });
+        }
+        let result = if batch.is_empty() {
+            Ok(false)
+        } else {
+            self.backend.launch(&batch, &mut self.out).map(|()| true)
+        };
+        self.step_buf = recycle(batch);
+        match result {
+            Ok(true) => self.push_launched(),
+            Ok(false) => {}
+            Err(e) => self.fail_entries(RequestError::Backend(e.to_string()), sink),
+        }
+    }
+}

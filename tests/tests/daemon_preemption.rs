@@ -1,0 +1,76 @@
+//! A daemon whose KV pool holds a few sequences at a time, under four client processes: the
+//! pool runs dry, sequences are preempted and recomputed, and every request's tokens (seeded
+//! sampling) equal those a daemon with room for all gives one client.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use nerva_client::Client;
+use nerva_tests::daemon_harness::{Daemon, prompt_for, run_prompts, test_engine, test_params};
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_nervad-under-test");
+const CLIENT: &str = env!("CARGO_BIN_EXE_nerva-test-client");
+
+#[test]
+fn a_tiny_kv_pool_preempts_and_every_output_stays_exact() {
+    if test_engine() {
+        println!("skipped: the test engine has no KV pool (NERVA_TEST_ENGINE=test)");
+        return;
+    }
+    const PROCS: u32 = 4;
+    const REQUESTS: u32 = 4;
+    const TOKENS: u32 = 40;
+    // The default tiny model keeps 1 KiB of KV per token on the CPU (2 layers, K and V, 64
+    // f32 each): 16-token pages of 16 KiB. A 128-token context needs 8 pages; 10 pages hold
+    // about three of these requests (a ~40-token prompt plus 40 tokens) at a time.
+    let common = ["--max-context", "128", "--max-step-tokens", "32"];
+    let roomy = Daemon::start(DAEMON, &common);
+    let prompts: Vec<String> = (0..PROCS)
+        .flat_map(|p| (0..REQUESTS).map(move |r| prompt_for(p, r)))
+        .collect();
+    let mut solo = Client::connect(Some(roomy.socket())).expect("connect");
+    let baseline = run_prompts(&mut solo, &prompts, &test_params(TOKENS), 16).expect("baseline");
+    drop(solo);
+    drop(roomy);
+
+    let mut args = common.to_vec();
+    args.extend(["--kv-bytes", "160KiB"]);
+    let tight = Daemon::start(DAEMON, &args);
+    let children: Vec<_> = (0..PROCS)
+        .map(|p| {
+            Command::new(CLIENT)
+                .arg("stream")
+                .arg(tight.socket())
+                .args([p.to_string(), REQUESTS.to_string(), TOKENS.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn client")
+        })
+        .collect();
+    for (p, mut child) in children.into_iter().enumerate() {
+        let out = child.stdout.take().expect("stdout");
+        let lines: Vec<String> = BufReader::new(out).lines().map_while(Result::ok).collect();
+        assert!(child.wait().expect("wait").success(), "client {p} failed");
+        assert_eq!(lines.len(), REQUESTS as usize, "client {p}");
+        for (r, line) in lines.iter().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+            let want = &baseline[p * REQUESTS as usize + r];
+            let tokens: Vec<u32> = v["tokens"]
+                .as_array()
+                .expect("tokens")
+                .iter()
+                .filter_map(|t| t.as_u64().map(|t| t as u32))
+                .collect();
+            assert_eq!(tokens, want.tokens, "client {p} request {r}");
+            assert_eq!(v["finish"].as_str(), Some(want.finish.as_str()));
+        }
+    }
+    let mut admin = Client::connect(Some(tight.socket())).expect("connect");
+    let stats: serde_json::Value =
+        serde_json::from_str(&admin.stats().expect("stats")).expect("stats json");
+    let live = &stats["engine"]["live"];
+    let preemptions = live["preemptions"].as_u64().expect("preemptions gauge");
+    println!("{preemptions} preemptions, live engine figures: {live}");
+    assert!(preemptions > 0, "the pool never ran dry: {live}");
+    assert_eq!(live["kv_pages_used"], 0, "every page returned");
+}

@@ -560,8 +560,9 @@ typedef struct nerva_generate_params {
      */
     uint32_t top_logprobs;
     /**
-     * Scheduling priority in -128..=127: higher runs first, 0 is normal, negative is
-     * background work. Default 0.
+     * Scheduling priority in -128..=127 among the same client's requests: higher runs first,
+     * 0 is normal, negative is background work (across clients the daemon shares tokens fairly;
+     * under KV pressure lower priority is preempted first). Default 0.
      */
     int32_t priority;
     /**

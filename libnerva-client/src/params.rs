@@ -48,7 +48,9 @@ pub struct GenerateParams {
     pub n_samples: u16,
     /// Also report this many most likely alternatives per token (0..=20).
     pub top_logprobs: u8,
-    /// Scheduling priority: higher runs first, 0 normal, negative for background work.
+    /// Scheduling priority among this client's requests: higher runs first, 0 normal, negative
+    /// for background work. Across clients the daemon shares tokens fairly; under KV pressure
+    /// lower priority is preempted first.
     pub priority: i8,
     /// Deliver token-id events.
     pub stream_tokens: bool,

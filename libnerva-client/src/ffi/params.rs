@@ -61,8 +61,9 @@ pub struct nerva_generate_params {
     /// Also report this many most likely alternatives per token (NERVA_EVENT_TOP_LOGPROBS
     /// events), 0..=NERVA_MAX_TOP_LOGPROBS. Default 0.
     pub top_logprobs: u32,
-    /// Scheduling priority in -128..=127: higher runs first, 0 is normal, negative is
-    /// background work. Default 0.
+    /// Scheduling priority in -128..=127 among the same client's requests: higher runs first,
+    /// 0 is normal, negative is background work (across clients the daemon shares tokens fairly;
+    /// under KV pressure lower priority is preempted first). Default 0.
     pub priority: i32,
     /// Keep generating past the model's end-of-sequence ids. Default false.
     pub ignore_eos: bool,

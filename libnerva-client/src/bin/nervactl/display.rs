@@ -9,7 +9,7 @@ fn parse(json: &str) -> Value {
 }
 
 /// The rows of `status` (JSON paths; the table shows human-scaled values).
-pub const STATUS_FIELDS: [(&str, Show); 32] = [
+pub const STATUS_FIELDS: [(&str, Show); 36] = [
     ("model.name", Show::Text),
     ("model.architecture", Show::Text),
     ("model.dtype", Show::Text),
@@ -38,10 +38,14 @@ pub const STATUS_FIELDS: [(&str, Show); 32] = [
     ("kv.pages_total", Show::Text),
     ("kv.pages_used", Show::Text),
     ("kv.pages_free", Show::Text),
+    ("kv.pages_shared", Show::Text),
+    ("kv.pages_cached", Show::Text),
     ("kv.page_tokens", Show::Text),
     ("scheduler.running", Show::Text),
     ("scheduler.queued", Show::Text),
     ("scheduler.parked", Show::Text),
+    ("scheduler.preempted", Show::Text),
+    ("scheduler.preemptions", Show::Text),
 ];
 
 /// `status`: one `FIELD VALUE` table, fields named by their JSON path.
@@ -245,15 +249,43 @@ pub fn print_stats(json: &str, as_json: bool) {
         }
     }
     t.print();
+
+    // Each client's share of the tokens served (clients with work in flight).
+    let clients = v
+        .pointer("/engine/live/client_tokens")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if !clients.is_empty() {
+        println!();
+        let mut t = Table::new(&CLIENT_TOKEN_COLUMNS);
+        for c in clients {
+            t.object_row(&CLIENT_TOKEN_COLUMNS, c);
+        }
+        t.print();
+    }
 }
 
+/// `stats`: tokens served per client with work in flight, and the share of all of them.
+pub const CLIENT_TOKEN_COLUMNS: [Column; 4] = [
+    col("slot", Show::Number),
+    col("generation", Show::Number),
+    col("tokens", Show::Number),
+    col("share", Show::Number),
+];
+
 /// The engine's live gauges and the backend's cumulative device ledger in `stats`.
-pub const LIVE_FIELDS: [(&str, Show); 20] = [
+pub const LIVE_FIELDS: [(&str, Show); 25] = [
     ("engine.live.kv_pages_used", Show::Text),
     ("engine.live.kv_pages_free", Show::Text),
+    ("engine.live.kv_pages_shared", Show::Text),
+    ("engine.live.kv_pages_cached", Show::Text),
+    ("engine.live.prefix_hit_pages", Show::Text),
     ("engine.live.running", Show::Text),
     ("engine.live.queued", Show::Text),
     ("engine.live.parked", Show::Text),
+    ("engine.live.preempted", Show::Text),
+    ("engine.live.preemptions", Show::Text),
     ("engine.live.device.steps", Show::Text),
     ("engine.live.device.graph_steps", Show::Text),
     ("engine.live.device.launches", Show::Text),

@@ -308,3 +308,72 @@ pub fn run_prompts(
         .map(|o| o.expect("every request completed"))
         .collect())
 }
+
+/// One finished request as a `nerva-test-client stream` process prints it (a JSON line).
+#[derive(Debug)]
+pub struct StreamedRequest {
+    /// Its text.
+    pub text: String,
+    /// Its token ids.
+    pub tokens: Vec<u32>,
+    /// Its finish reason.
+    pub finish: String,
+}
+
+/// Run `procs` `nerva-test-client stream` processes (`client_exe`) against the daemon at
+/// `socket` at once, each submitting `requests` prompts (`prompt_for(p, r)`) of `tokens` tokens;
+/// return each process's requests in order. Panics if a process fails or prints a wrong number
+/// of lines.
+pub fn stream_from_processes(
+    client_exe: &str,
+    socket: &Path,
+    procs: u32,
+    requests: u32,
+    tokens: u32,
+) -> Vec<Vec<StreamedRequest>> {
+    use std::io::{BufRead, BufReader};
+    let children: Vec<_> = (0..procs)
+        .map(|p| {
+            Command::new(client_exe)
+                .arg("stream")
+                .arg(socket)
+                .args([p.to_string(), requests.to_string(), tokens.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn client")
+        })
+        .collect();
+    children
+        .into_iter()
+        .enumerate()
+        .map(|(p, mut child)| {
+            let out = child.stdout.take().expect("stdout");
+            let lines: Vec<String> = BufReader::new(out).lines().map_while(Result::ok).collect();
+            assert!(
+                child.wait().expect("wait").success(),
+                "client process {p} failed"
+            );
+            assert_eq!(
+                lines.len(),
+                requests as usize,
+                "client {p}: one line per request"
+            );
+            lines
+                .iter()
+                .map(|line| {
+                    let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+                    StreamedRequest {
+                        text: v["text"].as_str().unwrap_or_default().to_string(),
+                        tokens: v["tokens"]
+                            .as_array()
+                            .expect("tokens")
+                            .iter()
+                            .filter_map(|t| t.as_u64().map(|t| t as u32))
+                            .collect(),
+                        finish: v["finish"].as_str().unwrap_or_default().to_string(),
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}

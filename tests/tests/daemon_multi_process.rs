@@ -1,10 +1,9 @@
 //! Many client processes at once: every request completes exactly once, with its own output.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 use nerva_client::Client;
-use nerva_tests::daemon_harness::{Daemon, prompt_for, run_prompts, test_engine, test_params};
+use nerva_tests::daemon_harness::{
+    Daemon, prompt_for, run_prompts, stream_from_processes, test_engine, test_params,
+};
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_nervad-under-test");
 const CLIENT: &str = env!("CARGO_BIN_EXE_nerva-test-client");
@@ -43,44 +42,14 @@ fn eight_processes_times_fifty_requests_each_get_exactly_their_own_outputs() {
         );
     }
 
-    let children: Vec<_> = (0..PROCS)
-        .map(|p| {
-            Command::new(CLIENT)
-                .arg("stream")
-                .arg(daemon.socket())
-                .args([p.to_string(), REQUESTS.to_string(), tokens.to_string()])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn client")
-        })
-        .collect();
+    let streamed = stream_from_processes(CLIENT, daemon.socket(), PROCS, REQUESTS, tokens);
     let mut completed = 0;
-    for (p, mut child) in children.into_iter().enumerate() {
-        let out = child.stdout.take().expect("stdout");
-        let lines: Vec<String> = BufReader::new(out).lines().map_while(Result::ok).collect();
-        let status = child.wait().expect("wait");
-        assert!(status.success(), "client process {p} failed");
-        assert_eq!(
-            lines.len(),
-            REQUESTS as usize,
-            "client {p}: one line per request"
-        );
-        for (r, line) in lines.iter().enumerate() {
-            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+    for (p, requests) in streamed.iter().enumerate() {
+        for (r, got) in requests.iter().enumerate() {
             let want = &baseline[p * REQUESTS as usize + r];
-            assert_eq!(
-                v["text"].as_str(),
-                Some(want.text.as_str()),
-                "client {p} request {r}"
-            );
-            let tokens: Vec<u32> = v["tokens"]
-                .as_array()
-                .expect("tokens")
-                .iter()
-                .filter_map(|t| t.as_u64().map(|t| t as u32))
-                .collect();
-            assert_eq!(tokens, want.tokens, "client {p} request {r} tokens");
-            assert_eq!(v["finish"].as_str(), Some(want.finish.as_str()));
+            assert_eq!(got.text, want.text, "client {p} request {r}");
+            assert_eq!(got.tokens, want.tokens, "client {p} request {r} tokens");
+            assert_eq!(got.finish, want.finish);
             completed += 1;
         }
     }

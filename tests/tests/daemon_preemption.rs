@@ -2,11 +2,10 @@
 //! pool runs dry, sequences are preempted and recomputed, and every request's tokens (seeded
 //! sampling) equal those a daemon with room for all gives one client.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 use nerva_client::Client;
-use nerva_tests::daemon_harness::{Daemon, prompt_for, run_prompts, test_engine, test_params};
+use nerva_tests::daemon_harness::{
+    Daemon, prompt_for, run_prompts, stream_from_processes, test_engine, test_params,
+};
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_nervad-under-test");
 const CLIENT: &str = env!("CARGO_BIN_EXE_nerva-test-client");
@@ -36,33 +35,12 @@ fn a_tiny_kv_pool_preempts_and_every_output_stays_exact() {
     let mut args = common.to_vec();
     args.extend(["--kv-bytes", "160KiB"]);
     let tight = Daemon::start(DAEMON, &args);
-    let children: Vec<_> = (0..PROCS)
-        .map(|p| {
-            Command::new(CLIENT)
-                .arg("stream")
-                .arg(tight.socket())
-                .args([p.to_string(), REQUESTS.to_string(), TOKENS.to_string()])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn client")
-        })
-        .collect();
-    for (p, mut child) in children.into_iter().enumerate() {
-        let out = child.stdout.take().expect("stdout");
-        let lines: Vec<String> = BufReader::new(out).lines().map_while(Result::ok).collect();
-        assert!(child.wait().expect("wait").success(), "client {p} failed");
-        assert_eq!(lines.len(), REQUESTS as usize, "client {p}");
-        for (r, line) in lines.iter().enumerate() {
-            let v: serde_json::Value = serde_json::from_str(line).expect("json line");
+    let streamed = stream_from_processes(CLIENT, tight.socket(), PROCS, REQUESTS, TOKENS);
+    for (p, requests) in streamed.iter().enumerate() {
+        for (r, got) in requests.iter().enumerate() {
             let want = &baseline[p * REQUESTS as usize + r];
-            let tokens: Vec<u32> = v["tokens"]
-                .as_array()
-                .expect("tokens")
-                .iter()
-                .filter_map(|t| t.as_u64().map(|t| t as u32))
-                .collect();
-            assert_eq!(tokens, want.tokens, "client {p} request {r}");
-            assert_eq!(v["finish"].as_str(), Some(want.finish.as_str()));
+            assert_eq!(got.tokens, want.tokens, "client {p} request {r}");
+            assert_eq!(got.finish, want.finish);
         }
     }
     let mut admin = Client::connect(Some(tight.socket())).expect("connect");

@@ -412,8 +412,6 @@ pub struct CudaBackend {
     stats: CudaStats,
     /// Prefill projections on the tensor cores (None: `exact_prefill`, or no libcublas).
     blas: Option<Blas>,
-    /// Rows of the step being enqueued from which projections go through cuBLAS.
-    gemm_from: Option<usize>,
     /// Where the next step's share of the driver counters starts (`step_ledger`).
     mark: CounterMark,
     /// Device event times on the host clock (when a step finished).
@@ -1038,7 +1036,6 @@ impl CudaBackend {
             arena_bytes,
             stats: CudaStats::default(),
             blas,
-            gemm_from: None,
             mark: CounterMark::new(DriverCounters::default()),
             clock,
             sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
@@ -1214,13 +1211,15 @@ impl CudaBackend {
         }
     }
 
-    /// A layer projection over the step's `t` tokens: token rows from `gemm_from` on (a
-    /// prefill block of at least GEMM_MIN_TOKENS) through cuBLAS, with the input prepared and
-    /// rounded to 16 bits by to_half; the rest through the GEMV kernels.
-    fn project(&mut self, p: Proj, t: usize) -> Result<(), BackendError> {
-        let split = match (self.gemm_from, &self.blas) {
-            (Some(d), Some(_)) if t - d >= GEMM_MIN_TOKENS => d,
-            _ => t,
+    /// A layer projection over the step's `t` tokens, of which the first `singles` are decode
+    /// tokens: the prefill rows after them, when there are at least GEMM_MIN_TOKENS, through
+    /// cuBLAS (input prepared and rounded to 16 bits by to_half); the rest through the GEMV
+    /// kernels.
+    fn project(&mut self, p: Proj, t: usize, singles: usize) -> Result<(), BackendError> {
+        let split = if self.blas.is_some() && t - singles >= GEMM_MIN_TOKENS {
+            singles
+        } else {
+            t
         };
         let k = self.k;
         let (family, half): (&[GemvFamily], Kernel) = match p.input {
@@ -1289,10 +1288,11 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Enqueue the forward pass of `t` tokens through the last hidden state (no LM head).
-    /// `one_per_seq`: every token belongs to a different sequence (decode steps), so attention
+    /// Enqueue the forward pass of `t` tokens through the last hidden state (no LM head). The
+    /// first `singles` tokens are their sequences' only ones (decode); when all are, attention
     /// runs as the single fused kernel.
-    fn enqueue_layers(&mut self, t: usize, one_per_seq: bool) -> Result<(), BackendError> {
+    fn enqueue_layers(&mut self, t: usize, singles: usize) -> Result<(), BackendError> {
+        let one_per_seq = singles == t;
         let c = self.config.clone();
         let (h, qd, kvd, inter) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
         let meta = self.meta_arg();
@@ -1338,6 +1338,7 @@ impl CudaBackend {
                     gemm_y_stride: qkv_w,
                 },
                 t,
+                singles,
             )?;
             self.enqueue_attention(li, t, one_per_seq)?;
             self.project(
@@ -1358,6 +1359,7 @@ impl CudaBackend {
                     gemm_y_stride: hidden,
                 },
                 t,
+                singles,
             )?;
             self.project(
                 Proj {
@@ -1377,6 +1379,7 @@ impl CudaBackend {
                     gemm_y_stride: (2 * inter) as i32,
                 },
                 t,
+                singles,
             )?;
             self.project(
                 Proj {
@@ -1396,6 +1399,7 @@ impl CudaBackend {
                     gemm_y_stride: hidden,
                 },
                 t,
+                singles,
             )?;
         }
         Ok(())
@@ -1421,8 +1425,7 @@ impl CudaBackend {
         let window = c.sliding_window.unwrap_or(0) as i32;
         let scale = 1.0f32 / (c.head_dim as f32).sqrt();
         // One warp per head (q, k and v heads) in a single pass where 1024 threads allow.
-        let rope_threads =
-            (32 * (c.num_attention_heads + 2 * c.num_key_value_heads)).min(1024) as u32;
+        let rope_threads = (32 * (heads + 2 * kv_heads)).min(1024) as u32;
         let meta = self.meta_arg();
         let b = self.bufs;
         let l = self.layers[li];
@@ -1629,7 +1632,7 @@ impl CudaBackend {
             let before = self.gpu.counters.launches;
             self.gpu.begin_capture()?;
             let body = self
-                .enqueue_layers(seqs, true)
+                .enqueue_layers(seqs, seqs)
                 .and_then(|()| self.enqueue_head(0, seqs, false));
             let graph = self.gpu.end_capture(before);
             body?;
@@ -1910,11 +1913,7 @@ impl Backend for CudaBackend {
             self.gpu.replay(&self.buckets[b].graph)?;
             self.stats.graph_steps += 1;
         } else {
-            let one_per_seq = singles == batch.len();
-            self.gemm_from = (!one_per_seq).then_some(singles);
-            let layers = self.enqueue_layers(tokens, one_per_seq);
-            self.gemm_from = None;
-            layers?;
+            self.enqueue_layers(tokens, singles)?;
             let chunk = self.limits.max_seqs;
             let mut base = 0;
             while base < rows {

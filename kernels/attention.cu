@@ -42,6 +42,9 @@ struct AttnShared {
     // Per head of the merge: the splits' weights and the normalizer.
     float wz[ATTN_MAX_GROUP][ATTN_SPLITS];
     float norm[ATTN_MAX_GROUP];
+    // attn_decode: the new position's key and value as stored in the pool (16-bit raw), so the
+    // block that owns the position reads the same bits without a round trip through memory.
+    alignas(16) unsigned short fresh[2][MAXD];
 };
 
 // `EPL` consecutive elements of a KV row with one load (EPL = 1, 2, 4 or 8).
@@ -61,23 +64,97 @@ __device__ __forceinline__ void load_lane(const KV* p, float v[EPL]) {
     }
 }
 
+// One tile's keys and values in registers: thread (p, q) holds key chunks q, q + 8, ... of
+// position p; warp w holds the value rows of positions w, w + 8, ... (lane's EPL elements).
+template <typename KV, int DIM>
+struct AttnTile {
+    static constexpr int MAXD = DIM ? DIM : ATTN_MAX_DIM;
+    // Head dims per lane in the value pass (D <= 32: one per lane, lanes >= D idle).
+    static constexpr int MAX_EPL = MAXD >= 32 ? MAXD / 32 : 1;
+    // 16-byte key chunks per thread in the score pass.
+    static constexpr int MAX_KCH = MAXD / 8 / ATTN_PER_POS > 0 ? MAXD / 8 / ATTN_PER_POS : 1;
+    uint4 raw[MAX_KCH];
+    float v[ATTN_VLOADS][MAX_EPL];
+
+    // Every load of positions [base, base + n) goes out before any arithmetic: the key chunks of
+    // this thread's position (eight adjacent threads per position) and the value rows of this
+    // warp's positions (warp + 8 u), both addressed through the block table.
+    __device__ __forceinline__ void load(const KV* kv, const int* __restrict__ table,
+                                         const KvGeometry& geo, int g, int D, int epl, int base,
+                                         int n) {
+        const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+        const int p = tid / ATTN_PER_POS, q = tid % ATTN_PER_POS;
+        const int kch = D / 8;
+#pragma unroll
+        for (int u = 0; u < MAX_KCH; ++u) raw[u] = make_uint4(0, 0, 0, 0);
+        if (p < n) {
+            const int j = base + p;
+            const KV* krow = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D;
+#pragma unroll
+            for (int u = 0; u < MAX_KCH; ++u) {
+                const int c = q + u * ATTN_PER_POS;
+                if (c < kch) raw[u] = *reinterpret_cast<const uint4*>(krow + c * 8);
+            }
+        }
+        const bool lane_active = lane * epl < D;
+#pragma unroll
+        for (int u = 0; u < ATTN_VLOADS; ++u) {
+            const int i = warp + u * ATTN_WARPS;
+            if (i < n && lane_active) {
+                const int j = base + i;
+                const KV* vrow = kv + kv_offset(geo, table[j / geo.page_tokens], 1, j) + g * D;
+                load_values(vrow, epl, v[u]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < MAX_EPL; ++e) v[u][e] = 0.f;
+            }
+        }
+    }
+
+    // Position base + i's key and value taken from `fresh` (the bits the pool holds for it)
+    // instead of what `load` read: attn_decode writes that position in the same kernel.
+    __device__ __forceinline__ void patch(const unsigned short (&fresh)[2][MAXD], int D, int epl,
+                                          int i) {
+        const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+        const int p = tid / ATTN_PER_POS, q = tid % ATTN_PER_POS;
+        if (p == i) {
+#pragma unroll
+            for (int u = 0; u < MAX_KCH; ++u) {
+                const int c = q + u * ATTN_PER_POS;
+                if (c < D / 8) raw[u] = *reinterpret_cast<const uint4*>(&fresh[0][c * 8]);
+            }
+        }
+        if (i % ATTN_WARPS == warp && lane * epl < D)
+            load_values(reinterpret_cast<const KV*>(&fresh[1][0]), epl, v[i / ATTN_WARPS]);
+    }
+
+    // This lane's elements of one value row.
+    __device__ __forceinline__ void load_values(const KV* row, int epl, float out[MAX_EPL]) {
+        const int lane = threadIdx.x & 31;
+        if (DIM) {
+            load_lane<MAX_EPL>(row + lane * MAX_EPL, out);
+        } else {
+            for (int e = 0; e < MAX_EPL; ++e) out[e] = e < epl ? widen(row[lane * epl + e]) : 0.f;
+        }
+    }
+};
+
 // Partial attention of token t's query heads g*G .. g*G+G-1 (in sh.qs) over split z of the span
 // [first, first + span), written to part_o / part_ml. DIM is the head dimension when known at
 // compile time (64, 128, 256), else 0 and `head_dim` (≤ 32 and a multiple of 8, or a multiple
 // of 32 up to 256) is used. `kv` is not __restrict__: attn_decode writes the new position's key
-// and value in the same kernel.
-template <typename KV, int DIM>
+// and value in the same kernel. With PRELOADED, `tile` already holds the split's first tile
+// (attn_decode issues those loads before it rotates the queries).
+template <typename KV, int DIM, bool PRELOADED>
 __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM>& sh,
-                                             const KV* kv, const int* __restrict__ table,
-                                             KvGeometry geo, int t, int g, int z, int Z,
-                                             int heads, int G, int head_dim, int first, int span,
-                                             float scale, float* __restrict__ part_o,
+                                             AttnTile<KV, DIM>& tile, const KV* kv,
+                                             const int* __restrict__ table, KvGeometry geo,
+                                             int t, int g, int z, int Z, int heads, int G,
+                                             int head_dim, int first, int span, float scale,
+                                             float* __restrict__ part_o,
                                              float* __restrict__ part_ml) {
-    constexpr int MAXD = DIM ? DIM : ATTN_MAX_DIM;
-    // Head dims per lane in the value pass (D <= 32: one per lane, lanes >= D idle).
-    constexpr int MAX_EPL = MAXD >= 32 ? MAXD / 32 : 1;
-    // 16-byte key chunks per thread in the score pass.
-    constexpr int MAX_KCH = MAXD / 8 / ATTN_PER_POS > 0 ? MAXD / 8 / ATTN_PER_POS : 1;
+    constexpr int MAX_EPL = AttnTile<KV, DIM>::MAX_EPL;
+    constexpr int MAX_KCH = AttnTile<KV, DIM>::MAX_KCH;
     const int D = DIM ? DIM : head_dim;
     const int epl = DIM ? MAX_EPL : (D >= 32 ? D / 32 : 1);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -98,39 +175,10 @@ __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM
     for (int s = z; s * ATTN_TILE < span; s += Z) {
         const int base = first + s * ATTN_TILE;
         const int n = min(ATTN_TILE, span - s * ATTN_TILE);
-        // Every load of the tile goes out before any arithmetic: the key chunks of this
-        // thread's position (eight adjacent threads per position) and the value rows of this
-        // warp's positions (warp + 8 u), both addressed through the block table.
-        uint4 raw[MAX_KCH];
-        const KV* krow = kv;
-#pragma unroll
-        for (int u = 0; u < MAX_KCH; ++u) raw[u] = make_uint4(0, 0, 0, 0);
-        if (p < n) {
-            const int j = base + p;
-            krow = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D;
-#pragma unroll
-            for (int u = 0; u < MAX_KCH; ++u) {
-                const int c = q + u * ATTN_PER_POS;
-                if (c < kch) raw[u] = *reinterpret_cast<const uint4*>(krow + c * 8);
-            }
-        }
-        float v[ATTN_VLOADS][MAX_EPL];
-#pragma unroll
-        for (int u = 0; u < ATTN_VLOADS; ++u) {
-            const int i = warp + u * ATTN_WARPS;
-            if (i < n && lane_active) {
-                const int j = base + i;
-                const KV* vrow = kv + kv_offset(geo, table[j / geo.page_tokens], 1, j) + g * D;
-                if (DIM) {
-                    load_lane<MAX_EPL>(vrow + lane * MAX_EPL, v[u]);
-                } else {
-                    for (int e = 0; e < MAX_EPL; ++e) v[u][e] = e < epl ? widen(vrow[lane * epl + e]) : 0.f;
-                }
-            } else {
-#pragma unroll
-                for (int e = 0; e < MAX_EPL; ++e) v[u][e] = 0.f;
-            }
-        }
+        if (!PRELOADED || s != z) tile.load(kv, table, geo, g, D, epl, base, n);
+        const uint4* raw = tile.raw;
+        const KV* krow = kv;  // only its type matters to widen8
+        float(&v)[ATTN_VLOADS][MAX_EPL] = tile.v;
         // Scores: all heads of the group.
         float dot[ATTN_MAX_GROUP];
 #pragma unroll
@@ -239,6 +287,20 @@ __device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float*
                                               const float* part_ml, size_t t, int heads, int h0,
                                               int G, int head_dim, float* __restrict__ out) {
     const int tid = threadIdx.x;
+    // The partial values of this thread's first COMBINE_PRE elements load together with the
+    // weights' inputs: one round trip for both.
+    constexpr int COMBINE_PRE = 2;
+    float pre[COMBINE_PRE][ATTN_SPLITS];
+#pragma unroll
+    for (int r = 0; r < COMBINE_PRE; ++r) {
+        const int i = tid + r * blockDim.x;
+        if (i < G * head_dim) {
+            const size_t p0 = ((size_t)t * heads + h0 + i / head_dim) * ATTN_SPLITS;
+#pragma unroll
+            for (int z = 0; z < ATTN_SPLITS; ++z)
+                pre[r][z] = __ldcg(part_o + (p0 + z) * head_dim + i % head_dim);
+        }
+    }
     if (tid < G) {
         const size_t p0 = ((size_t)t * heads + h0 + tid) * ATTN_SPLITS;
         float m[ATTN_SPLITS], l[ATTN_SPLITS];
@@ -260,18 +322,27 @@ __device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float*
         sh.norm[tid] = L;
     }
     __syncthreads();
-    for (int i = tid; i < G * head_dim; i += blockDim.x) {
-        const int a = i / head_dim, d = i % head_dim;
-        const size_t p0 = ((size_t)t * heads + h0 + a) * ATTN_SPLITS;
-        // An empty split wrote zeros: every value is loaded, the sum skips zero weights.
-        float oz[ATTN_SPLITS];
-#pragma unroll
-        for (int z = 0; z < ATTN_SPLITS; ++z) oz[z] = __ldcg(part_o + (p0 + z) * head_dim + d);
+    // One output element from its Z split values, z in order; an empty split wrote zeros and
+    // has weight zero, which the sum skips.
+    auto merge = [&](const float (&oz)[ATTN_SPLITS], int i) {
+        const int a = i / head_dim;
         float o = 0.f;
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z)
             if (sh.wz[a][z] != 0.f) o += oz[z] * sh.wz[a][z];
-        out[(size_t)a * head_dim + d] = o / sh.norm[a];
+        out[(size_t)a * head_dim + i % head_dim] = o / sh.norm[a];
+    };
+#pragma unroll
+    for (int r = 0; r < COMBINE_PRE; ++r) {
+        const int i = tid + r * blockDim.x;
+        if (i < G * head_dim) merge(pre[r], i);
+    }
+    for (int i = tid + COMBINE_PRE * blockDim.x; i < G * head_dim; i += blockDim.x) {
+        const size_t p0 = ((size_t)t * heads + h0 + i / head_dim) * ATTN_SPLITS;
+        float oz[ATTN_SPLITS];
+#pragma unroll
+        for (int z = 0; z < ATTN_SPLITS; ++z) oz[z] = __ldcg(part_o + (p0 + z) * head_dim + i % head_dim);
+        merge(oz, i);
     }
 }
 
@@ -303,8 +374,9 @@ __device__ __forceinline__ void attn_split_body(
     const TokenSpan s = token_span(meta, tables, geo, t, window);
     for (int i = threadIdx.x; i < G * D; i += ATTN_THREADS)
         sh.qs[i / D][i % D] = q[(size_t)t * heads * D + (g * G + i / D) * D + i % D];
-    attn_partial<KV, DIM>(sh, kv, s.table, geo, t, g, z, gridDim.z, heads, G, D, s.first,
-                          s.span, scale, part_o, part_ml);
+    AttnTile<KV, DIM> tile;
+    attn_partial<KV, DIM, false>(sh, tile, kv, s.table, geo, t, g, z, gridDim.z, heads, G, D,
+                                 s.first, s.span, scale, part_o, part_ml);
 }
 
 template <typename KV, int DIM>
@@ -328,24 +400,42 @@ __device__ __forceinline__ void attn_decode_body(
     const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
     const float* cs = cos_t + (size_t)s.pos * (D / 2);
     const float* sn = sin_t + (size_t)s.pos * (D / 2);
+    // This split's first tile: its block-table and KV loads go out now and arrive while the
+    // queries are rotated below.
+    AttnTile<KV, DIM> tile;
+    const int epl = DIM ? AttnTile<KV, DIM>::MAX_EPL : (D >= 32 ? D / 32 : 1);
+    const int first_n = min(ATTN_TILE, s.span - z * ATTN_TILE);
+    if (first_n > 0) tile.load(kv, s.table, geo, g, D, epl, s.first + z * ATTN_TILE, first_n);
     // The group's queries, one warp per head, exactly as rope_append computes them.
     for (int a = warp; a < G; a += ATTN_WARPS)
         rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
-    // The new key and value: written by the block whose tiles cover the new position, the only
-    // block that reads it (attn_partial's first barrier orders the writes before its reads).
-    if (((s.pos - s.first) / ATTN_TILE) % Z == z) {
+    // The new key and value: computed by the block whose tiles cover the new position, the only
+    // block that reads it, into shared memory (as the pool stores them) and then to the pool.
+    const int new_tile = (s.pos - s.first) / ATTN_TILE;
+    if (new_tile % Z == z) {
         const int page = s.table[s.pos / geo.page_tokens];
         // Warps past the query heads take the key and the value where there are such warps.
         const int kw = G < ATTN_WARPS ? G : 0, vw = G + 1 < ATTN_WARPS ? G + 1 : 1;
-        if (warp == kw)
-            rope_head<KV>(row + q_dim + g * D, k_norm, eps, cs, sn, D, lane, nullptr,
-                          kv + kv_offset(geo, page, 0, s.pos) + g * D);
-        else if (warp == vw)
-            copy_head<KV>(row + q_dim + kv_dim + g * D, D, lane,
-                          kv + kv_offset(geo, page, 1, s.pos) + g * D);
+        const int kind = warp == kw ? 0 : warp == vw ? 1 : -1;
+        if (kind >= 0) {
+            KV* fresh = reinterpret_cast<KV*>(sh.fresh[kind]);
+            if (kind == 0)
+                rope_head<KV>(row + q_dim + g * D, k_norm, eps, cs, sn, D, lane, nullptr, fresh);
+            else
+                copy_head<KV>(row + q_dim + kv_dim + g * D, D, lane, fresh);
+            __syncwarp();
+            KV* dst = kv + kv_offset(geo, page, kind, s.pos) + g * D;
+            for (int i = lane * 8; i < D; i += 32 * 8)
+                *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(fresh + i);
+        }
+        // The preloaded tile read the position before it was written: take it from `fresh`.
+        // (A later tile is loaded after attn_partial's first barrier, which orders the pool
+        // writes above before its reads.)
+        __syncthreads();
+        if (new_tile == z) tile.patch(sh.fresh, D, epl, s.pos - s.first - z * ATTN_TILE);
     }
-    attn_partial<KV, DIM>(sh, kv, s.table, geo, t, g, z, Z, heads, G, D, s.first, s.span,
-                          scale, part_o, part_ml);
+    attn_partial<KV, DIM, true>(sh, tile, kv, s.table, geo, t, g, z, Z, heads, G, D, s.first,
+                                s.span, scale, part_o, part_ml);
     // The last of the Z blocks of (t, g) to finish merges the partials. The barrier gathers the
     // block's partial writes; thread 0's fence (cumulative over them) publishes them before it
     // counts the block done, and the last block's fence after the count orders its reads.

@@ -6,17 +6,20 @@
 #include "common.cuh"
 #include "activation.cuh"
 
-#define HALF_THREADS 256
+// 128 threads and the f64 sum of squares in the GEMV/mma prologue's order (per-thread chunks,
+// a shuffle tree per warp, warps in order): a prepared row has the bits those kernels compute.
+#define HALF_THREADS 128
 
 enum { IN_RMS = 0, IN_PLAIN = 1, IN_GLU = 2 };
 
 template <typename W, int IN>
 __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_stride, int t0,
+                                             const int* __restrict__ rows,
                                              const float* __restrict__ norm_w, float eps, int K,
                                              W* __restrict__ out) {
-    __shared__ double scratch[32];
+    __shared__ double scratch[HALF_THREADS / 32];
     __shared__ float inv_s;
-    const int t = t0 + blockIdx.x;
+    const int t = rows ? rows[t0 + blockIdx.x] : t0 + blockIdx.x;
     const float* row = x + (size_t)t * x_stride;
     const int chunks = K / 8;
     float inv = 1.f;
@@ -28,8 +31,15 @@ __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_
             ss += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z + (double)a.w * a.w +
                   (double)b.x * b.x + (double)b.y * b.y + (double)b.z * b.z + (double)b.w * b.w;
         }
-        const double s = block_sum_d(ss, scratch);
-        if (threadIdx.x == 0) inv_s = 1.0f / sqrtf((float)(s / K) + eps);
+        const double ws = warp_sum_d(ss);
+        if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = ws;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double s = 0.0;
+#pragma unroll
+            for (int wi = 0; wi < HALF_THREADS / 32; ++wi) s += scratch[wi];
+            inv_s = 1.0f / sqrtf((float)(s / K) + eps);
+        }
         __syncthreads();
         inv = inv_s;
     }
@@ -70,8 +80,9 @@ __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_
 
 #define HALF_ENTRY(MODE, IN, DT, W)                                                         \
     extern "C" __global__ void __launch_bounds__(HALF_THREADS) to_half_##MODE##_##DT(       \
-        const float* x, int x_stride, int t0, const float* norm_w, float eps, int K, W* out) { \
-        to_half_body<W, IN>(x, x_stride, t0, norm_w, eps, K, out);                          \
+        const float* x, int x_stride, int t0, const int* rows, const float* norm_w, float eps,  \
+        int K, W* out) {                                                                       \
+        to_half_body<W, IN>(x, x_stride, t0, rows, norm_w, eps, K, out);                       \
     }
 
 HALF_ENTRY(rms, IN_RMS, bf16, __nv_bfloat16)

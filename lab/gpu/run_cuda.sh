@@ -3,7 +3,7 @@
 # parity against the CPU reference and transformers, the decode benchmark against the read
 # bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
 #
-#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [tests] [client] [peer]
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [tests] [client] [peer]
 #
 # BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels and cuda_backend built on the development machine.
 set -u
@@ -41,6 +41,14 @@ if has bench-8b; then
   model qwen3-8b
   timeout 600 "$B/gpu_decode" --model $M/qwen3-8b --batch 1,8 --json 2>&1 | tee "$O/bench_qwen3-8b.log"
 fi
+# Decode throughput by batch size, the batch-invariant tensor-core projections against the GEMV.
+batch_sweep() {
+  model $1
+  timeout 400 "$B/gpu_decode" --model $M/$1 --batch 1,8,32,64,128 --prefill "" --json 2>&1 | tee "$O/batch_$1_tensor.log"
+  timeout 300 "$B/gpu_decode" --model $M/$1 --batch 1,8,64 --prefill "" --projections gemv --json 2>&1 | tee "$O/batch_$1_gemv.log"
+}
+if has batch-small; then batch_sweep qwen3-0.6b; fi
+if has batch-8b; then batch_sweep qwen3-8b; fi
 if has tests; then
   # The GPU tests (they skip on machines without a device): the test binary built here.
   NERVA_GPU_BIG=1 timeout 600 "$B/cuda_backend" --nocapture --test-threads 1 2>&1 | tee "$O/cuda_tests.log"

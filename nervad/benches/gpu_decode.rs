@@ -54,6 +54,9 @@ struct Args {
     /// Prefill projections on the GEMV kernels instead of cuBLAS.
     #[arg(long)]
     exact_prefill: bool,
+    /// Decode-projection kernels: tensor or gemv.
+    #[arg(long, default_value = "tensor")]
+    projections: nervad::backend::cuda::Projections,
     /// Print one JSON line per batch size as well.
     #[arg(long)]
     json: bool,
@@ -154,6 +157,7 @@ fn main() {
             device: args.device,
             memory: args.gpu_memory,
             exact_prefill: args.exact_prefill,
+            projections: args.projections,
         },
     )
     .expect("CUDA backend");

@@ -1,9 +1,11 @@
 //! The projections alone: our GEMV kernels against the read bandwidth measured in the same run,
-//! and cuBLAS (tensor cores, bf16 in, f32 out) against them for 1 to 2,048 tokens, with the
-//! bf16 GEMM peak.
+//! our tensor-core projection (mma.cu, the default decode kernel) for 1 to 256 tokens against
+//! the bandwidth and the GEMV, and cuBLAS (tensor cores, bf16 in, f32 out) against them for 1
+//! to 2,048 tokens, with the bf16 GEMM peak.
 //!
 //! ```text
-//! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--gemm-tokens 1,8,64,256,2048]
+//! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--mma-tokens 1,8,16,32,64,128,256]
+//!     [--gemm-tokens 1,8,64,256,2048]
 //! ```
 //! Weights rotate over copies totalling ≥ 512 MiB, so every launch reads them from HBM, not L2.
 //! Each figure is the median over 10 replays of a graph of 20 launches. Without a CUDA device
@@ -20,6 +22,9 @@ struct Cli {
     /// Token counts for the GEMV comparison.
     #[arg(long, default_value = "1,2,8")]
     tokens: String,
+    /// Token counts for the tensor-core projection.
+    #[arg(long, default_value = "1,2,8,16,32,64,128,256")]
+    mma_tokens: String,
     /// Token counts for cuBLAS against our kernels.
     #[arg(long, default_value = "1,8,64,256,2048")]
     gemm_tokens: String,
@@ -242,6 +247,78 @@ impl Bench {
         })
     }
 
+    /// Median ms of the tensor-core projection of `t` tokens (`kernels`: the mode's n1, n2, n4,
+    /// n8m2, n16 variants; `prep`: its to_half kernel, launched first past 8 tokens as the
+    /// backend does).
+    fn mma(&mut self, kernels: &[Kernel], prep: Kernel, shape: &Shape, t: usize) -> Res<f64> {
+        let (kernel, rows) = match t {
+            0..=8 => (kernels[0], 16),
+            9..=16 => (kernels[1], 16),
+            17..=32 => (kernels[2], 16),
+            33..=64 => (kernels[3], 32),
+            _ => (kernels[4], 16),
+        };
+        let (x, xa, norm, y, wbase) = (
+            self.x.ptr,
+            self.xa.ptr,
+            self.norm.ptr,
+            self.y.ptr,
+            self.weights.ptr,
+        );
+        let region = self.weights.bytes;
+        let x_stride = shape.k as i32;
+        let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
+        let (eps, null, t0) = (1e-6f32, 0u64, 0i32);
+        let xh = if t > 8 { xa } else { 0 };
+        self.time(|gpu, i| {
+            let w = wbase + weight_offset(shape, region, i);
+            if t > 8 {
+                // SAFETY: to_half_*(x, x_stride, t0, rows, norm, eps, K, out): x holds t rows of
+                // K f32, xa t × K bf16, norm K f32; rows null.
+                unsafe {
+                    gpu.launch(
+                        prep,
+                        (t as u32, 1, 1),
+                        128,
+                        Args::new()
+                            .arg(&x)
+                            .arg(&x_stride)
+                            .arg(&t0)
+                            .arg(&null)
+                            .arg(&norm)
+                            .arg(&eps)
+                            .arg(&k)
+                            .arg(&xa),
+                    )
+                }?;
+            }
+            // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride): w
+            // covers R×K bf16 inside the weights region, x T rows of K f32, xh null or T × K
+            // bf16, y T rows of R f32 (scratch), norm K f32; bias and rows null.
+            unsafe {
+                gpu.launch(
+                    kernel,
+                    ((shape.r as u32).div_ceil(rows), 1, 1),
+                    256,
+                    Args::new()
+                        .arg(&w)
+                        .arg(&null)
+                        .arg(&x)
+                        .arg(&x_stride)
+                        .arg(&xh)
+                        .arg(&null)
+                        .arg(&norm)
+                        .arg(&eps)
+                        .arg(&k)
+                        .arg(&r)
+                        .arg(&ti)
+                        .arg(&y)
+                        .arg(&r),
+                )
+            }
+        })
+    }
+
     fn read_bandwidth(&mut self, k: Kernel) -> Res<f64> {
         let n = (self.weights.bytes / 16) as u64;
         let (src, sink) = (self.weights.ptr, self.y.ptr);
@@ -323,6 +400,23 @@ fn run(cli: &Cli) -> Res<()> {
             two_rows.push((m, load(&mut gpu, names("_r2"))?));
         }
     }
+    // Tensor-core projections: per mode its five variants and its input preparation.
+    let mut mma_families = Vec::new();
+    for (mode, m) in modes {
+        let names: Vec<String> = ["n1", "n2", "n4", "n8m2", "n16"]
+            .iter()
+            .map(|v| format!("mma_{mode}_bf16_{v}"))
+            .collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let ks = gpu.load(&find("mma.cu").cubin, &refs)?;
+        let prep = if m == Mode::PlainAdd {
+            "to_half_plain_bf16"
+        } else {
+            "to_half_rms_bf16"
+        };
+        let prep = gpu.load(&find("prefill.cu").cubin, &[prep])?[0];
+        mma_families.push((m, ks, prep));
+    }
     let blas = if Blas::present() {
         Some(Blas::new(&gpu, workspace, DType::BF16)?)
     } else {
@@ -385,6 +479,46 @@ fn run(cli: &Cli) -> Res<()> {
                 t,
                 ms * 1e3,
                 pct(ms)
+            );
+        }
+    }
+
+    println!();
+    println!(
+        "{:<11} {:<8} {:>4} | {:>9} {:>8} {:>8} | {:>9} {:>7}",
+        "model", "proj", "T", "mma (us)", "% of bw", "TFLOP/s", "GEMV (us)", "ratio"
+    );
+    for shape in SHAPES {
+        let (_, ks, prep) = mma_families
+            .iter()
+            .find(|(m, _, _)| *m == shape.mode)
+            .expect("mma family")
+            .clone();
+        let fam = families
+            .iter()
+            .find(|(m, _)| *m == shape.mode)
+            .expect("family")
+            .1
+            .clone();
+        let bytes = shape.k * shape.r * 2;
+        for &t in &parse_list(&cli.mma_tokens) {
+            let ms = b.mma(&ks, prep, shape, t)?;
+            let gemv = if t <= 64 {
+                Some(b.gemv(&fam, 4, shape, t)?)
+            } else {
+                None
+            };
+            let flops = 2.0 * (t * shape.k * shape.r) as f64;
+            println!(
+                "{:<11} {:<8} {:>4} | {:>9.2} {:>7.1}% {:>8.1} | {:>9} {:>7}",
+                shape.model,
+                shape.name,
+                t,
+                ms * 1e3,
+                bytes as f64 / (ms / 1e3) / bw * 100.0,
+                flops / (ms / 1e3) / 1e12,
+                gemv.map_or("-".into(), |g| format!("{:.2}", g * 1e3)),
+                gemv.map_or("-".into(), |g| format!("{:.2}x", g / ms)),
             );
         }
     }

@@ -28,7 +28,7 @@ fn device() -> Option<CudaOptions> {
         Ok(_) => Some(CudaOptions {
             device: 0,
             memory: GpuMemory::Fraction(0.5),
-            exact_prefill: false,
+            ..CudaOptions::default()
         }),
         Err(why) => {
             println!("skipped: no usable CUDA device ({why})");
@@ -505,4 +505,117 @@ fn step_reports_add_up_to_the_cumulative_stats() {
             .all(|w| w[0].finished_at <= w[1].finished_at),
         "steps finish in launch order"
     );
+}
+
+/// The default (tensor-core) projections are batch-invariant: one sequence's decode logits
+/// are bit-identical alone and in batches of every size that picks another kernel variant
+/// (1–8 tokens prepared in the kernel; 9–16, 17–32, 33–64 and 65+ prepared by to_half, with
+/// 16- or 32-row blocks and one or more passes), wherever it sits in the batch. With
+/// `exact_prefill`, its prompt's prefill (one 40-token step) also matches decoding it.
+#[test]
+fn tensor_projections_are_batch_invariant() {
+    use nervad::backend::cuda::{CudaBackend, Projections};
+    use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
+    let Some(cuda) = device() else { return };
+    let presets: &[Preset] = if std::env::var_os("NERVA_GPU_BIG").is_some() {
+        &[Preset::Tiny, Preset::Qwen3_0_6b]
+    } else {
+        &[Preset::Tiny]
+    };
+    const SEQS: usize = 80;
+    const PROMPT: usize = 40;
+    for &preset in presets {
+        let dir = checkpoint(preset);
+        let model = LoadedModel::load(&dir).expect("load");
+        let config = model.config.clone();
+        let vocab = config.vocab_size;
+        let options = BackendOptions {
+            max_seqs: SEQS,
+            max_step_tokens: SEQS.max(PROMPT),
+            page_tokens: 16,
+            kv_budget_bytes: 1 << 30,
+            max_context: 64,
+            threads: 0,
+        };
+        let exact = CudaOptions {
+            exact_prefill: true,
+            projections: Projections::Tensor,
+            ..cuda
+        };
+        let mut b = CudaBackend::new(&config, &model.weights, options, exact).expect("backend");
+        let params = SamplingParams::default();
+        let prompts: Vec<Vec<u32>> = (0..SEQS as u32)
+            .map(|s| {
+                (0..PROMPT as u32)
+                    .map(|i| (11 + 17 * s + 13 * i) % vocab as u32)
+                    .collect()
+            })
+            .collect();
+        let tables: Vec<Vec<u32>> = (0..SEQS as u32)
+            .map(|s| (4 * s..4 * s + 4).collect())
+            .collect();
+        let mut out = StepOutput::default();
+        // Prefill every prompt but the last token, one sequence per step.
+        let mut prefill_last = Vec::new();
+        for s in 0..SEQS {
+            b.start_sequence(s as u32, &params, s as u64, &prompts[s])
+                .unwrap();
+            let one = SeqStep {
+                slot: s as u32,
+                tokens: &prompts[s][..],
+                start_pos: 0,
+                block_table: &tables[s],
+                sample: false,
+                want_logits: s == 0,
+                from_last_sample: false,
+            };
+            b.step(&[one], &mut out).unwrap();
+            if s == 0 {
+                prefill_last = out.logits[(PROMPT - 1) * vocab..PROMPT * vocab].to_vec();
+            }
+        }
+        // Re-decode every sequence's last prompt token (rewriting the same KV values) in
+        // batches of several sizes, sequence 0 at different places in the batch.
+        let mut alone: Option<Vec<f32>> = None;
+        for &n in &[1usize, 2, 7, 8, 9, 16, 17, 33, 64, 65, SEQS] {
+            let at = (n / 2).min(n - 1);
+            let order: Vec<usize> = (0..n).map(|i| (i + n - at) % n).collect();
+            let batch: Vec<SeqStep<'_>> = order
+                .iter()
+                .map(|&s| SeqStep {
+                    slot: s as u32,
+                    tokens: &prompts[s][PROMPT - 1..],
+                    start_pos: (PROMPT - 1) as u32,
+                    block_table: &tables[s],
+                    sample: false,
+                    want_logits: true,
+                    from_last_sample: false,
+                })
+                .collect();
+            b.step(&batch, &mut out).unwrap();
+            assert_eq!(order[at], 0);
+            let got = out.logits[at * vocab..(at + 1) * vocab].to_vec();
+            match &alone {
+                None => {
+                    assert!(
+                        got.iter()
+                            .zip(&prefill_last)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{preset:?}: decode alone differs from the exact prefill"
+                    );
+                    alone = Some(got);
+                }
+                Some(want) => assert!(
+                    got.iter()
+                        .zip(want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{preset:?}: sequence 0's logits in a batch of {n} differ from alone"
+                ),
+            }
+        }
+        println!(
+            "{preset:?}: tensor projections bit-identical alone, in batches of 2..{SEQS} and \
+             against the exact prefill"
+        );
+    }
 }

@@ -37,6 +37,7 @@ fn dump_writes_files_and_greedy_matches_teacher_forcing() {
         device: 0,
         gpu_memory: nervad::backend::cuda::GpuMemory::Fraction(0.5),
         exact_prefill: false,
+        projections: Default::default(),
     })
     .unwrap();
     let json: serde_json::Value =

@@ -230,7 +230,7 @@ fn cpu_step_reports_add_up_to_the_backend_totals() {
     let cuda = CudaOptions {
         device: 0,
         memory: GpuMemory::Fraction(0.5),
-        exact_prefill: false,
+        ..CudaOptions::default()
     };
     let mut b = nervad::backend::build(
         BackendChoice::Cpu,

@@ -49,6 +49,9 @@ pub struct DumpArgs {
     /// CUDA: prompt projections on the GEMV kernels instead of cuBLAS (see `nervad --help`).
     #[arg(long)]
     pub exact_prefill: bool,
+    /// CUDA: decode-projection kernels, `tensor` or `gemv` (see `nervad --help`).
+    #[arg(long, default_value = "tensor")]
+    pub projections: crate::backend::cuda::Projections,
 }
 
 /// Why a dump failed.
@@ -215,6 +218,7 @@ pub fn run_dump(args: DumpArgs) -> Result<(), DumpError> {
             device: args.device,
             memory: args.gpu_memory,
             exact_prefill: args.exact_prefill,
+            projections: args.projections,
         },
     )?;
     let io = |path: &PathBuf| {

@@ -85,11 +85,18 @@ struct ServeArgs {
     /// the rest (--kv-bytes applies to the CPU backend only).
     #[arg(long, default_value = "0.9")]
     gpu_memory: crate::backend::cuda::GpuMemory,
-    /// Run prompt (prefill) projections on our GEMV kernels instead of cuBLAS: prompts are
-    /// much slower, but their numbers are bit-identical to decoding the same tokens one by one
-    /// (cuBLAS rounds the activations to 16 bits). Decode is the same either way.
+    /// Run prompt (prefill) projections on the decode kernels instead of cuBLAS: prompts are
+    /// slower, but their numbers are bit-identical to decoding the same tokens one by one and
+    /// independent of how prompts are chunked and batched (cuBLAS sums in an order that
+    /// depends on the number of rows). Decode is the same either way.
     #[arg(long)]
     exact_prefill: bool,
+    /// Kernels of the decode projections: `tensor` (tensor cores, batch-invariant: a
+    /// sequence's tokens are the same alone or in any batch; weights read once per step up to
+    /// 128 sequences) or `gemv` (CUDA cores, f32 inputs; reads the weights once per 8
+    /// sequences).
+    #[arg(long, default_value = "tensor")]
+    projections: crate::backend::cuda::Projections,
     /// Engine worker threads for the CPU backend (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -334,6 +341,7 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
                     device: args.device,
                     memory: args.gpu_memory,
                     exact_prefill: args.exact_prefill,
+                    projections: args.projections,
                 },
             )
             .map_err(|e| format!("backend: {e}"))?;

@@ -42,7 +42,7 @@ pub const HEADERS: [Source; 5] = [
 ];
 
 /// The modules, one per op family.
-pub const MODULES: [Source; 7] = [
+pub const MODULES: [Source; 8] = [
     kernel_file!("gemv.cu"),
     kernel_file!("embedding.cu"),
     kernel_file!("rope_kv.cu"),
@@ -50,6 +50,7 @@ pub const MODULES: [Source; 7] = [
     kernel_file!("sampling.cu"),
     kernel_file!("bench.cu"),
     kernel_file!("prefill.cu"),
+    kernel_file!("mma.cu"),
 ];
 
 /// A compiled module.

@@ -89,10 +89,38 @@ pub struct CudaOptions {
     pub device: usize,
     /// Device memory budget.
     pub memory: GpuMemory,
-    /// Prefill projections through our GEMV kernels instead of cuBLAS: slower, but a prompt's
-    /// numbers are then bit-identical to decoding the same tokens one by one (cuBLAS rounds the
-    /// activations to 16 bits and sums in its own order).
+    /// Prefill projections through the decode kernels instead of cuBLAS: slower, but a
+    /// prompt's numbers are then bit-identical to decoding the same tokens one by one (cuBLAS
+    /// sums in an order of its own that depends on the number of rows).
     pub exact_prefill: bool,
+    /// Which kernels run the projections of decode tokens (and of prefill with
+    /// `exact_prefill`).
+    pub projections: Projections,
+}
+
+/// The kernels of the per-token projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Projections {
+    /// Tensor cores (mma.cu) for every batch size: inputs rounded to 16 bits, one reduction
+    /// order per output element whatever the batch, so results are batch-invariant, and the
+    /// weights are read once per step up to 128 tokens.
+    #[default]
+    Tensor,
+    /// CUDA-core GEMV (gemv.cu) with f32 inputs; reads the weights once per 8 tokens.
+    Gemv,
+}
+
+impl std::str::FromStr for Projections {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tensor" => Ok(Projections::Tensor),
+            "gemv" => Ok(Projections::Gemv),
+            other => Err(format!(
+                "unknown projection kernels {other:?} (tensor or gemv)"
+            )),
+        }
+    }
 }
 
 impl Default for CudaOptions {
@@ -101,6 +129,7 @@ impl Default for CudaOptions {
             device: 0,
             memory: GpuMemory::Fraction(0.9),
             exact_prefill: false,
+            projections: Projections::Tensor,
         }
     }
 }
@@ -160,6 +189,8 @@ struct Kernels {
     gemv_plain_add: [GemvFamily; 2],
     /// RMSNorm + gate|up (rows interleaved in pairs) + silu(gate)·up; 4 rows per block.
     gemv_glu: [GemvFamily; 1],
+    /// The tensor-core projections (mma.cu): rms, plain_add, glu.
+    mma: [MmaFamily; 3],
     embed: Kernel,
     rope_append: Kernel,
     attn_split: Kernel,
@@ -335,6 +366,33 @@ impl GemvFamily {
     }
 }
 
+/// A tensor-core projection kernel per token-tile width: one n-tile (1–8 tokens, input
+/// prepared in the kernel), then 2, 4 n-tiles and 8 n-tiles × 2 row tiles, 16 n-tiles (inputs
+/// prepared by to_half). Every variant gives the same bits for a token.
+#[derive(Debug, Clone, Copy)]
+struct MmaFamily {
+    n1: Kernel,
+    n2: Kernel,
+    n4: Kernel,
+    n8m2: Kernel,
+    n16: Kernel,
+}
+
+impl MmaFamily {
+    /// Kernel, rows per block and tokens per pass for a launch of `t` tokens. One pass reads
+    /// the weights once: up to 128 tokens do; 33–64 take 32-row blocks so that fewer blocks
+    /// re-read the prepared inputs.
+    fn pick(&self, t: usize) -> (Kernel, u32) {
+        match t {
+            0..=8 => (self.n1, 16),
+            9..=16 => (self.n2, 16),
+            17..=32 => (self.n4, 16),
+            33..=64 => (self.n8m2, 32),
+            _ => (self.n16, 16),
+        }
+    }
+}
+
 /// Projections with at most this many 4-row blocks per multiprocessor run 2 rows per block
 /// instead, so that every multiprocessor gets work. Measured (`gpu_kernels`, H100,
 /// lab/gpu/results/s4/kernels_two_rows.log): 2 rows win only below 2 blocks per SM (qwen3-0.6b
@@ -412,6 +470,8 @@ pub struct CudaBackend {
     stats: CudaStats,
     /// Prefill projections on the tensor cores (None: `exact_prefill`, or no libcublas).
     blas: Option<Blas>,
+    /// The kernels of the decode projections.
+    projections: Projections,
     /// Where the next step's share of the driver counters starts (`step_ledger`).
     mark: CounterMark,
     /// Device event times on the host clock (when a step finished).
@@ -944,6 +1004,13 @@ impl CudaBackend {
                     .map(|m| format!("to_half_{m}_{dt}"))
                     .chain(["add_bias".to_string()])
                     .collect(),
+                "mma.cu" => ["rms", "plain_add", "glu"]
+                    .iter()
+                    .flat_map(|mode| {
+                        ["n1", "n2", "n4", "n8m2", "n16"]
+                            .map(move |v| format!("mma_{mode}_{dt}_{v}"))
+                    })
+                    .collect(),
                 other => return Err(BackendError::Device(format!("unexpected module {other}"))),
             };
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -971,6 +1038,16 @@ impl CudaBackend {
                 module_kernels[6][2],
             ],
             add_bias: module_kernels[6][3],
+            mma: [0, 5, 10].map(|i| {
+                let m = &module_kernels[7][i..i + 5];
+                MmaFamily {
+                    n1: m[0],
+                    n2: m[1],
+                    n4: m[2],
+                    n8m2: m[3],
+                    n16: m[4],
+                }
+            }),
         };
         let blas = if cuda.exact_prefill {
             None
@@ -1036,6 +1113,7 @@ impl CudaBackend {
             arena_bytes,
             stats: CudaStats::default(),
             blas,
+            projections: cuda.projections,
             mark: CounterMark::new(DriverCounters::default()),
             clock,
             sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
@@ -1154,6 +1232,127 @@ impl CudaBackend {
         }
     }
 
+    /// y (=|+=) in(x) W^T for `t` tokens (`rows`: gather of x rows, 0 = identity) through the
+    /// configured decode-projection kernels.
+    #[allow(clippy::too_many_arguments)]
+    fn token_proj(
+        &mut self,
+        input: Input,
+        w: DevBuf,
+        bias: DevBuf,
+        x: u64,
+        x_stride: i32,
+        rows: u64,
+        norm: DevBuf,
+        k: usize,
+        r: usize,
+        t: usize,
+        y: u64,
+        y_stride: i32,
+    ) -> Result<(), BackendError> {
+        let ks = self.k;
+        match self.projections {
+            Projections::Tensor => {
+                // down_proj reads the GLU's output: a plain input here.
+                let (family, prep) = match input {
+                    Input::Rms => (ks.mma[0], ks.to_half[0]),
+                    Input::PlainAdd | Input::GluAdd => (ks.mma[1], ks.to_half[1]),
+                    Input::RmsGlu => (ks.mma[2], ks.to_half[0]),
+                };
+                self.mma(
+                    &family, prep, w, bias, x, x_stride, rows, norm, k, r, t, y, y_stride,
+                )
+            }
+            Projections::Gemv => {
+                let families: &[GemvFamily] = match input {
+                    Input::Rms => &ks.gemv_rms,
+                    Input::PlainAdd | Input::GluAdd => &ks.gemv_plain_add,
+                    Input::RmsGlu => &ks.gemv_glu,
+                };
+                self.gemv(
+                    families, w, bias, x, x_stride, rows, norm, k, r, t, y, y_stride,
+                )
+            }
+        }
+    }
+
+    /// The tensor-core projection (mma.cu) of `t` tokens. Past one n-tile the inputs are
+    /// prepared once by to_half into `xa` (normalized, gathered, rounded) instead of by every
+    /// block.
+    #[allow(clippy::too_many_arguments)]
+    fn mma(
+        &mut self,
+        family: &MmaFamily,
+        prep: Kernel,
+        w: DevBuf,
+        bias: DevBuf,
+        x: u64,
+        x_stride: i32,
+        rows: u64,
+        norm: DevBuf,
+        k: usize,
+        r: usize,
+        t: usize,
+        y: u64,
+        y_stride: i32,
+    ) -> Result<(), BackendError> {
+        let (kernel, block_rows) = family.pick(t);
+        let eps = self.config.rms_norm_eps as f32;
+        let xh = if t > 8 {
+            let (t0, k_i, xa) = (0i32, k as i32, self.bufs.xa.ptr);
+            // SAFETY: to_half_*(const float* x, int x_stride, int t0, const int* rows,
+            // const float* norm, float eps, int K, W* out): rows 0..t of x (or the t gathered
+            // rows) exist, xa holds max_step_tokens × max(K) 16-bit values, norm is K floats or
+            // unused.
+            unsafe {
+                self.gpu.launch(
+                    prep,
+                    (t as u32, 1, 1),
+                    128,
+                    Args::new()
+                        .arg(&x)
+                        .arg(&x_stride)
+                        .arg(&t0)
+                        .arg(&rows)
+                        .arg(&norm.ptr)
+                        .arg(&eps)
+                        .arg(&k_i)
+                        .arg(&xa),
+                )
+            }?;
+            xa
+        } else {
+            0u64
+        };
+        let grid = (r as u32).div_ceil(block_rows);
+        let (k, r, t) = (k as i32, r as i32, t as i32);
+        // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
+        // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
+        // float* y, int y_stride): w holds R×K weights, x and y hold T rows of their strides,
+        // xh (when used) the T prepared rows, bias/norm are null or R/K floats.
+        unsafe {
+            self.gpu.launch(
+                kernel,
+                (grid, 1, 1),
+                256,
+                Args::new()
+                    .arg(&w.ptr)
+                    .arg(&bias.ptr)
+                    .arg(&x)
+                    .arg(&x_stride)
+                    .arg(&xh)
+                    .arg(&rows)
+                    .arg(&norm.ptr)
+                    .arg(&eps)
+                    .arg(&k)
+                    .arg(&r)
+                    .arg(&t)
+                    .arg(&y)
+                    .arg(&y_stride),
+            )
+        }
+    }
+
     /// y (=|+=) in(x) W^T for `t` tokens (`rows`: gather of x rows, 0 = identity).
     #[allow(clippy::too_many_arguments)]
     fn gemv(
@@ -1221,16 +1420,14 @@ impl CudaBackend {
         } else {
             t
         };
-        let k = self.k;
-        let (family, half): (&[GemvFamily], Kernel) = match p.input {
-            Input::Rms => (&k.gemv_rms, k.to_half[0]),
-            Input::PlainAdd => (&k.gemv_plain_add, k.to_half[1]),
-            Input::RmsGlu => (&k.gemv_glu, k.to_half[0]),
-            Input::GluAdd => (&k.gemv_plain_add, k.to_half[2]),
+        let half = match p.input {
+            Input::Rms | Input::RmsGlu => self.k.to_half[0],
+            Input::PlainAdd => self.k.to_half[1],
+            Input::GluAdd => self.k.to_half[2],
         };
         if split > 0 {
-            self.gemv(
-                family, p.w, p.bias, p.x, p.x_stride, 0, p.norm, p.k, p.r, split, p.y, p.y_stride,
+            self.token_proj(
+                p.input, p.w, p.bias, p.x, p.x_stride, 0, p.norm, p.k, p.r, split, p.y, p.y_stride,
             )?;
         }
         if split == t {
@@ -1240,18 +1437,21 @@ impl CudaBackend {
         let eps = self.config.rms_norm_eps as f32;
         let (t0, k_i, r_i) = (split as i32, p.k as i32, p.r as i32);
         let xa = self.bufs.xa.ptr;
-        // SAFETY: to_half_*(const float* x, int x_stride, int t0, const float* norm, float eps,
-        // int K, W* out): rows t0..t0+m of x exist (m ≤ max_step_tokens), out (xa) holds
-        // max_step_tokens × max(K) 16-bit values, norm is K floats or unused.
+        let no_gather = 0u64;
+        // SAFETY: to_half_*(const float* x, int x_stride, int t0, const int* rows,
+        // const float* norm, float eps, int K, W* out): rows t0..t0+m of x exist
+        // (m ≤ max_step_tokens), out (xa) holds max_step_tokens × max(K) 16-bit values, norm is
+        // K floats or unused.
         unsafe {
             self.gpu.launch(
                 half,
                 (m as u32, 1, 1),
-                256,
+                128,
                 Args::new()
                     .arg(&p.gemm_x)
                     .arg(&p.gemm_x_stride)
                     .arg(&t0)
+                    .arg(&no_gather)
                     .arg(&p.norm.ptr)
                     .arg(&eps)
                     .arg(&k_i)
@@ -1549,9 +1749,8 @@ impl CudaBackend {
         let b = self.bufs;
         let meta = self.meta_arg();
         let row_ptr = meta.lrow_token + (base * 4) as u64;
-        let family = self.k.gemv_rms;
-        self.gemv(
-            &family,
+        self.token_proj(
+            Input::Rms,
             b.lm_head,
             DevBuf::NULL,
             b.x.ptr,

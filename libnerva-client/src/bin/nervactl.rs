@@ -5,9 +5,11 @@ mod nervactl {
     pub mod bench;
     pub mod demo;
     pub mod display;
+    pub mod fork;
     pub mod generate;
     pub mod ledger;
     pub mod ping;
+    pub mod sweep;
     pub mod table;
 }
 
@@ -17,7 +19,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use nerva_client::{Client, Error};
 
-use nervactl::{bench, demo, display, generate, ledger, ping};
+use nervactl::{bench, demo, display, generate, ledger, ping, sweep};
 
 /// Debugging CLI for the Nerva daemon. Human-readable tables by default, `--json` for scripts.
 #[derive(Debug, Parser)]
@@ -61,6 +63,8 @@ enum Command {
     /// NOP round trips: while the daemon busy-polls, and waking it from sleep.
     Ping(ping::PingArgs),
     /// Spawn client processes that submit requests concurrently; print throughput and latency.
+    /// `--streams 1,8,32`: a closed-loop sweep with rooflines; `--fork N`: N samples of one
+    /// request against N requests.
     Bench(bench::BenchArgs),
     /// Ask the daemon to drain and exit.
     Shutdown {
@@ -74,6 +78,9 @@ enum Command {
     /// One benchmark client process (spawned by `bench`).
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
+    /// One process's streams of a `bench --streams` level (spawned by `bench`).
+    #[command(hide = true)]
+    BenchStreamWorker(sweep::WorkerArgs),
 }
 
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
@@ -121,6 +128,7 @@ fn run(cli: &Cli) -> Result<(), Error> {
         Command::Ping(args) => ping::run(socket, args, cli.json)?,
         Command::Bench(args) => bench::run(socket, args, cli.json)?,
         Command::BenchWorker(args) => bench::worker(socket, args)?,
+        Command::BenchStreamWorker(args) => sweep::worker(socket, args)?,
         Command::Demo(args) => demo::run(args)?,
         Command::Shutdown { wait } => {
             let mut client = connect(socket, timeout)?;

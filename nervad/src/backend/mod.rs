@@ -292,6 +292,9 @@ pub struct BackendInfo {
     pub name: String,
     /// Device description.
     pub device: String,
+    /// Bytes one token takes in this backend's KV pool (all layers, K and V, at the pool's
+    /// element size): what a decode step reads per token of context besides the weights.
+    pub kv_bytes_per_token: usize,
 }
 
 /// A compute backend: one batched forward step over a paged KV pool, plus sampling.
@@ -365,6 +368,15 @@ pub trait Backend: Send {
     /// allocations); zero where a backend has no device.
     fn stats(&self) -> BackendStats {
         BackendStats::default()
+    }
+
+    /// Measure the device's streaming read bandwidth, bytes per second: the ceiling of a decode
+    /// step's roofline (the weights and each sequence's KV read once per step). `None` where the
+    /// backend has no device memory of its own to measure (the CPU). Called once, before
+    /// serving (the daemon's start): a device backend may stream over its KV pool, whose
+    /// contents nothing needs yet.
+    fn read_bandwidth(&mut self) -> Result<Option<f64>, BackendError> {
+        Ok(None)
     }
 
     /// Launch and collect one step.

@@ -240,6 +240,11 @@ pub struct EngineInfo {
     pub kv_page_tokens: u32,
     /// Bytes of the model's weights as stored (a tied LM head counted once).
     pub weight_bytes: u64,
+    /// Bytes one token takes in the KV pool (all layers, K and V); 0 without a KV pool.
+    pub kv_bytes_per_token: u64,
+    /// The device's streaming read bandwidth, bytes per second, measured once at start (the
+    /// ceiling of a decode step's roofline); `None` where nothing was measured (the CPU).
+    pub read_bandwidth_bytes_per_s: Option<f64>,
 }
 
 /// An inference engine driven by the server's engine thread.
@@ -291,8 +296,15 @@ pub struct ClientTokens {
 /// read by admin replies (a snapshot, not a transaction: each figure is individually current).
 #[derive(Debug, Default)]
 pub struct EngineGauges {
-    /// KV pages in use (held by running, parked or forked sequences).
+    /// KV pages in use (held by running, parked or forked sequences). Stored last of the
+    /// KV figures, with Release: a reader that loads it with Acquire sees the
+    /// `kv_pages_peak` of the same step or a later one.
     pub kv_pages_used: std::sync::atomic::AtomicU64,
+    /// Most KV pages held at once since the pool was last empty: the high-water mark of the
+    /// current busy period, or of the last one while no page is held (a busy period starts when
+    /// a page is taken from a pool that held none). Exact: counted at each page taken, not
+    /// sampled at publication.
+    pub kv_pages_peak: std::sync::atomic::AtomicU64,
     /// KV pages in the pool.
     pub kv_pages_total: std::sync::atomic::AtomicU64,
     /// Sequences holding a batch slot.
@@ -346,8 +358,11 @@ pub struct EngineGauges {
 impl EngineGauges {
     /// The figures as JSON (`status` and `stats` replies).
     pub fn to_json(&self) -> serde_json::Value {
-        use std::sync::atomic::Ordering::Relaxed;
-        let used = self.kv_pages_used.load(Relaxed);
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        // SYNC POINT with the Release store of kv_pages_used in `publish`: the peak read after
+        // it is at least that step's.
+        let used = self.kv_pages_used.load(Acquire);
+        let peak = self.kv_pages_peak.load(Relaxed);
         let total = self.kv_pages_total.load(Relaxed);
         let steps = self.steps.load(Relaxed);
         let per_step = |v: u64| {
@@ -376,6 +391,7 @@ impl EngineGauges {
         serde_json::json!({
             "kv_pages_used": used,
             "kv_pages_free": total.saturating_sub(used),
+            "kv_pages_peak": peak,
             "kv_pages_shared": self.kv_pages_shared.load(Relaxed),
             "kv_pages_cached": self.kv_pages_cached.load(Relaxed),
             "prefix_hit_pages": self.prefix_hit_pages.load(Relaxed),

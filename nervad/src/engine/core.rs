@@ -299,6 +299,10 @@ pub struct Engine {
     backend_name: String,
     /// Bytes of the weights as stored (status displays).
     weight_bytes: u64,
+    /// Bytes of one token in the backend's KV pool (status displays).
+    kv_bytes_per_token: u64,
+    /// The device's read bandwidth, bytes/s, once [`Engine::measure_read_bandwidth`] ran.
+    read_bandwidth: Option<f64>,
     device: String,
     limits: BackendLimits,
     max_queued: usize,
@@ -375,6 +379,8 @@ impl Engine {
             prompts: model.prompts,
             backend,
             backend_name: info.name,
+            kv_bytes_per_token: info.kv_bytes_per_token as u64,
+            read_bandwidth: None,
             device: info.device,
             limits,
             max_queued: options.max_queued.max(1),
@@ -440,6 +446,25 @@ impl Engine {
     /// Sizes the backend was built with.
     pub fn limits(&self) -> BackendLimits {
         self.limits
+    }
+
+    /// Measure the device's read bandwidth (bytes/s) once, so [`InferenceEngine::info`]
+    /// reports it as the ceiling of a decode step's roofline; `None` on a backend without a
+    /// device (the CPU). The daemon calls this at start, before serving: the backend may
+    /// stream over its KV pool.
+    pub fn measure_read_bandwidth(&mut self) -> Result<Option<f64>, crate::backend::BackendError> {
+        debug_assert!(
+            self.by_key.is_empty() && self.launched_len == 0,
+            "measured while serving"
+        );
+        self.read_bandwidth = self.backend.read_bandwidth()?;
+        Ok(self.read_bandwidth)
+    }
+
+    /// Most KV pages held at once since the pool was last empty (see
+    /// [`super::api::EngineGauges::kv_pages_peak`]).
+    pub fn peak_pages(&self) -> usize {
+        self.pool.peak_held()
     }
 
     /// The backend's cumulative device figures.
@@ -1392,6 +1417,8 @@ impl InferenceEngine for Engine {
             kv_pages_total: self.limits.num_pages as u32,
             kv_page_tokens: self.limits.page_tokens as u32,
             weight_bytes: self.weight_bytes,
+            kv_bytes_per_token: self.kv_bytes_per_token,
+            read_bandwidth_bytes_per_s: self.read_bandwidth,
         }
     }
 
@@ -1400,11 +1427,14 @@ impl InferenceEngine for Engine {
     }
 
     fn publish(&self, g: &super::api::EngineGauges) {
-        use std::sync::atomic::Ordering::Relaxed;
+        use std::sync::atomic::Ordering::{Relaxed, Release};
         let total = self.limits.num_pages as u64;
         g.kv_pages_total.store(total, Relaxed);
+        g.kv_pages_peak.store(self.pool.peak_held() as u64, Relaxed);
+        // SYNC POINT with the Acquire loads of kv_pages_used in the admin replies: whoever sees
+        // this step's pages in use sees its peak too (stored above).
         g.kv_pages_used
-            .store(total.saturating_sub(self.pool.free() as u64), Relaxed);
+            .store(total.saturating_sub(self.pool.free() as u64), Release);
         g.running.store(
             self.seqs.iter().filter(|s| s.active).count() as u64,
             Relaxed,

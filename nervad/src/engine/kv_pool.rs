@@ -18,6 +18,10 @@ pub struct KvPagePool {
     refs: Vec<u16>,
     /// Pages with `refs > 1` (kept current: status is published every step).
     shared: usize,
+    /// Most pages held at once since the pool was last empty (no page held): updated at every
+    /// page taken, restarted when a page is taken from a pool that held none, so once the
+    /// pool is empty again it keeps the high-water mark of the busy period that just ended.
+    peak: usize,
     cache: PrefixCache,
 }
 
@@ -28,8 +32,26 @@ impl KvPagePool {
             free: (0..total as u32).rev().collect(),
             refs: vec![0; total],
             shared: 0,
+            peak: 0,
             cache: PrefixCache::new(total, page_tokens),
         }
+    }
+
+    /// Pages some sequence holds.
+    pub fn held(&self) -> usize {
+        self.total() - self.free()
+    }
+
+    /// Most pages held at once since the pool was last empty (see the field).
+    pub fn peak_held(&self) -> usize {
+        self.peak
+    }
+
+    /// One more page is held: raise the high-water mark, or restart it if the pool held none
+    /// before (pages are taken one at a time, so one held means it was empty).
+    fn note_taken(&mut self) {
+        let held = self.held();
+        self.peak = if held == 1 { 1 } else { self.peak.max(held) };
     }
 
     /// Pages in total.
@@ -62,6 +84,7 @@ impl KvPagePool {
     pub fn alloc(&mut self) -> Option<u32> {
         let p = self.free.pop().or_else(|| self.cache.evict())?;
         self.refs[p as usize] = 1;
+        self.note_taken();
         Some(p)
     }
 
@@ -95,13 +118,17 @@ impl KvPagePool {
     /// One more sequence holds `page`: a held page (forked samples) or a cached one.
     pub fn share(&mut self, page: u32) {
         let r = &mut self.refs[page as usize];
-        if *r == 0 {
+        let revived = *r == 0;
+        if revived {
             debug_assert!(self.cache.is_registered(page), "sharing a free page");
             self.cache.revive(page);
         }
         *r = r.saturating_add(1);
         if *r == 2 {
             self.shared += 1;
+        }
+        if revived {
+            self.note_taken();
         }
     }
 
@@ -155,6 +182,32 @@ mod tests {
         assert_eq!(pool.refs(b[0]), 1);
         pool.release(&mut b);
         assert_eq!(pool.free(), 4);
+    }
+
+    #[test]
+    fn peak_counts_held_pages_of_the_busy_period() {
+        let mut pool = KvPagePool::new(8, 2);
+        let mut a = Vec::with_capacity(8);
+        let mut b = Vec::with_capacity(8);
+        assert!(pool.take(3, &mut a));
+        pool.register(a[0], ROOT, &[1, 2]);
+        // Sharing a held page holds no more pages.
+        pool.share(a[0]);
+        b.push(a[0]);
+        assert!(pool.take(2, &mut b));
+        assert_eq!((pool.held(), pool.peak_held()), (5, 5));
+        pool.release(&mut b);
+        assert_eq!((pool.held(), pool.peak_held()), (3, 5), "a high-water mark");
+        pool.release(&mut a);
+        assert_eq!(pool.held(), 0);
+        assert_eq!(pool.peak_held(), 5, "kept while the pool is empty");
+        // The next busy period starts from its first page, here a cached one revived.
+        let page = pool.lookup(ROOT, &[1, 2]).unwrap();
+        pool.share(page);
+        a.push(page);
+        assert_eq!((pool.held(), pool.peak_held()), (1, 1));
+        assert!(pool.take(1, &mut a));
+        assert_eq!(pool.peak_held(), 2);
     }
 
     #[test]

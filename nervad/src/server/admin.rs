@@ -126,8 +126,11 @@ pub fn status_json(
     clients: usize,
     draining: bool,
 ) -> Value {
-    use std::sync::atomic::Ordering::Relaxed;
-    let used = live.kv_pages_used.load(Relaxed);
+    use std::sync::atomic::Ordering::{Acquire, Relaxed};
+    // SYNC POINT with the Release store of kv_pages_used in the engine's `publish`: the peak
+    // read after it is at least that step's.
+    let used = live.kv_pages_used.load(Acquire);
+    let peak = live.kv_pages_peak.load(Relaxed);
     let (backing, page_bytes, locked) = ctx.segment_pages.unwrap_or(("none", 0, false));
     json!({
         "daemon": {
@@ -153,13 +156,16 @@ pub fn status_json(
         },
         "backend": ctx.engine.backend,
         "device": ctx.engine.device,
+        "read_bandwidth_bytes_per_s": ctx.engine.read_bandwidth_bytes_per_s,
         "kv": {
             "pages_total": ctx.engine.kv_pages_total,
             "pages_used": used,
             "pages_free": u64::from(ctx.engine.kv_pages_total).saturating_sub(used),
+            "pages_peak": peak,
             "pages_shared": live.kv_pages_shared.load(Relaxed),
             "pages_cached": live.kv_pages_cached.load(Relaxed),
             "page_tokens": ctx.engine.kv_page_tokens,
+            "bytes_per_token": ctx.engine.kv_bytes_per_token,
         },
         "scheduler": {
             "running": live.running.load(Relaxed),

@@ -333,7 +333,7 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
                 ..crate::engine::EngineOptions::default()
             };
             let (model, codec) = crate::engine::EngineModel::from_loaded_with_codec(loaded);
-            let engine = crate::engine::Engine::with_backend(
+            let mut engine = crate::engine::Engine::with_backend(
                 model,
                 options,
                 args.backend,
@@ -345,6 +345,16 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
                 },
             )
             .map_err(|e| format!("backend: {e}"))?;
+            // Once, before serving: the ceiling `nervactl status` reports for decode rooflines.
+            if let Some(bytes_per_s) = engine
+                .measure_read_bandwidth()
+                .map_err(|e| format!("measuring the device's read bandwidth: {e}"))?
+            {
+                tracing::info!(
+                    gb_per_s = (bytes_per_s / 1e9).round(),
+                    "device read bandwidth measured"
+                );
+            }
             Ok((Box::new(engine), Some(codec)))
         }
     }

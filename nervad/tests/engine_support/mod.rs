@@ -322,6 +322,7 @@ impl Backend for ScriptedBackend {
         BackendInfo {
             name: "test".into(),
             device: "script".into(),
+            kv_bytes_per_token: 0,
         }
     }
     fn limits(&self) -> BackendLimits {

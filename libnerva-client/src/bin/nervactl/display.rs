@@ -9,7 +9,7 @@ fn parse(json: &str) -> Value {
 }
 
 /// The rows of `status` (JSON paths; the table shows human-scaled values).
-pub const STATUS_FIELDS: [(&str, Show); 36] = [
+pub const STATUS_FIELDS: [(&str, Show); 39] = [
     ("model.name", Show::Text),
     ("model.architecture", Show::Text),
     ("model.dtype", Show::Text),
@@ -19,6 +19,7 @@ pub const STATUS_FIELDS: [(&str, Show); 36] = [
     ("model.weight_bytes", Show::Bytes),
     ("backend", Show::Text),
     ("device", Show::Text),
+    ("read_bandwidth_bytes_per_s", Show::ByteRate),
     ("daemon.pid", Show::Text),
     ("daemon.version", Show::Text),
     ("daemon.abi_version", Show::Text),
@@ -38,9 +39,11 @@ pub const STATUS_FIELDS: [(&str, Show); 36] = [
     ("kv.pages_total", Show::Text),
     ("kv.pages_used", Show::Text),
     ("kv.pages_free", Show::Text),
+    ("kv.pages_peak", Show::Text),
     ("kv.pages_shared", Show::Text),
     ("kv.pages_cached", Show::Text),
     ("kv.page_tokens", Show::Text),
+    ("kv.bytes_per_token", Show::Bytes),
     ("scheduler.running", Show::Text),
     ("scheduler.queued", Show::Text),
     ("scheduler.parked", Show::Text),
@@ -275,9 +278,10 @@ pub const CLIENT_TOKEN_COLUMNS: [Column; 4] = [
 ];
 
 /// The engine's live gauges and the backend's cumulative device ledger in `stats`.
-pub const LIVE_FIELDS: [(&str, Show); 25] = [
+pub const LIVE_FIELDS: [(&str, Show); 26] = [
     ("engine.live.kv_pages_used", Show::Text),
     ("engine.live.kv_pages_free", Show::Text),
+    ("engine.live.kv_pages_peak", Show::Text),
     ("engine.live.kv_pages_shared", Show::Text),
     ("engine.live.kv_pages_cached", Show::Text),
     ("engine.live.prefix_hit_pages", Show::Text),

@@ -19,6 +19,8 @@ pub enum Show {
     Bytes,
     /// A duration in the key's unit (`_ns`, `_us`, `_ms`, `_s`), human-scaled.
     Duration,
+    /// Bytes per second, human-scaled in decimal units as bandwidths are quoted (`3.35TB/s`).
+    ByteRate,
 }
 
 /// A column: the JSON key it shows and how.
@@ -125,11 +127,28 @@ pub fn human_bytes(bytes: f64) -> String {
     sig3(v, UNITS[UNITS.len() - 1])
 }
 
+/// `850B/s`, `12.5MB/s`, `3.35TB/s` (decimal units).
+pub fn human_byte_rate(bytes_per_s: f64) -> String {
+    const UNITS: [&str; 4] = ["kB/s", "MB/s", "GB/s", "TB/s"];
+    if bytes_per_s < 1e3 {
+        return format!("{bytes_per_s:.0}B/s");
+    }
+    let mut v = bytes_per_s / 1e3;
+    for unit in &UNITS[..UNITS.len() - 1] {
+        if v < 1e3 {
+            return sig3(v, unit);
+        }
+        v /= 1e3;
+    }
+    sig3(v, UNITS[UNITS.len() - 1])
+}
+
 /// One cell: `v`, the value under JSON key `key`, shown the `show` way (`-` where missing).
 pub fn cell(show: Show, key: &str, v: &Value) -> String {
     let text = match (show, v) {
         (_, Value::Null) => "-".to_string(),
         (Show::Bytes, Value::Number(n)) => human_bytes(n.as_f64().unwrap_or(0.0)),
+        (Show::ByteRate, Value::Number(n)) => human_byte_rate(n.as_f64().unwrap_or(0.0)),
         (Show::Duration, Value::Number(n)) => {
             human_duration_ns(n.as_f64().unwrap_or(0.0) * duration_scale(key))
         }
@@ -277,6 +296,9 @@ mod tests {
         assert_eq!(human_bytes(512.0), "512B");
         assert_eq!(human_bytes(1536.0), "1.50KiB");
         assert_eq!(human_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.00GiB");
+        assert_eq!(human_byte_rate(850.0), "850B/s");
+        assert_eq!(human_byte_rate(3.35e12), "3.35TB/s");
+        assert_eq!(human_byte_rate(882e9), "882GB/s");
     }
 
     #[test]

@@ -619,6 +619,7 @@ impl Backend for CpuBackend {
                 self.pool.threads(),
                 self.isa.name()
             ),
+            kv_bytes_per_token: kv_bytes_per_token(&self.config, 4),
         }
     }
 

@@ -1973,7 +1973,16 @@ impl Backend for CudaBackend {
                 "{}, {:?} weights, {} KV pages",
                 self.device_name, self.dtype, self.limits.num_pages
             ),
+            kv_bytes_per_token: self.kv_page_bytes / self.limits.page_tokens,
         }
+    }
+
+    fn read_bandwidth(&mut self) -> Result<Option<f64>, BackendError> {
+        // 1 GiB, or the whole KV pool if smaller (the measurement clamps), median of 10.
+        let bytes_per_s = self.measure_read_bandwidth(1 << 30, 10)?;
+        // Start-up work belongs to no step (as in `new`).
+        self.mark = CounterMark::new(self.gpu.counters);
+        Ok(Some(bytes_per_s))
     }
 
     fn limits(&self) -> BackendLimits {

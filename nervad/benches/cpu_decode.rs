@@ -201,6 +201,7 @@ fn main() {
             kv_budget_bytes: pages_per_seq * batch * page_tokens * kv_bytes_per_token(c, 4),
             max_context: context,
             threads: args.threads,
+            swap: nervad::backend::SwapSpace::None,
         },
     )
     .expect("backend");

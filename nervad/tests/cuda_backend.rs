@@ -319,6 +319,7 @@ fn prefill_and_fused_decode_give_identical_bits() {
             kv_budget_bytes: 64 << 20,
             max_context: 256,
             threads: 0,
+            swap: nervad::backend::SwapSpace::None,
         };
         let n = 70usize; // three attention tiles, the last partly filled
         let tokens: Vec<u32> = (0..n as u32).map(|i| (7 + 13 * i) % vocab as u32).collect();

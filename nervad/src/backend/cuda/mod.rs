@@ -19,6 +19,7 @@ pub mod blas;
 pub mod driver;
 pub mod kernels;
 pub mod step_ledger;
+pub mod swap;
 
 use std::collections::VecDeque;
 
@@ -412,6 +413,8 @@ pub struct CudaBackend {
     stats: CudaStats,
     /// Prefill projections on the tensor cores (None: `exact_prefill`, or no libcublas).
     blas: Option<Blas>,
+    /// Page-locked host memory for swapped-out KV pages (`swap`).
+    swap: swap::SwapArea,
     /// Where the next step's share of the driver counters starts (`step_ledger`).
     mark: CounterMark,
     /// Device event times on the host clock (when a step finished).
@@ -995,6 +998,7 @@ impl CudaBackend {
             });
         }
         let logits_stage = gpu.pinned(s * vocab * 4)?;
+        let swap = swap::SwapArea::new(&mut gpu, options.swap.pages(page_bytes)?, page_bytes)?;
         gpu.synchronize()?;
         let clock = DeviceClock::new(&mut gpu)?;
 
@@ -1004,6 +1008,7 @@ impl CudaBackend {
             page_tokens: options.page_tokens,
             num_pages,
             max_context: options.max_context,
+            swap_pages: swap.pages(),
         };
         let mut backend = CudaBackend {
             config: c.clone(),
@@ -1036,6 +1041,7 @@ impl CudaBackend {
             arena_bytes,
             stats: CudaStats::default(),
             blas,
+            swap,
             mark: CounterMark::new(DriverCounters::default()),
             clock,
             sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
@@ -1877,6 +1883,20 @@ impl Backend for CudaBackend {
         let kv = self.bufs.kv;
         self.gpu
             .copy(kv.at(dst as usize * pb), kv.at(src as usize * pb), pb)
+    }
+
+    /// Stream-ordered after the steps launched so far (`swap` module docs).
+    fn swap_out(&mut self, pages: &[u32], host: &[u32]) -> Result<(), BackendError> {
+        super::validate_swap(&self.limits, pages, host)?;
+        self.gpu.bind()?;
+        self.swap.swap_out(&mut self.gpu, self.bufs.kv, pages, host)
+    }
+
+    /// Stream-ordered before the steps launched from now on (`swap` module docs).
+    fn swap_in(&mut self, host: &[u32], pages: &[u32]) -> Result<(), BackendError> {
+        super::validate_swap(&self.limits, pages, host)?;
+        self.gpu.bind()?;
+        self.swap.swap_in(&mut self.gpu, self.bufs.kv, host, pages)
     }
 
     fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {

@@ -144,6 +144,7 @@ fn main() {
         max_step_tokens: 256.max(max_batch),
         page_tokens: 16,
         max_queued: max_batch,
+        ..EngineOptions::default()
     };
     let t0 = Instant::now();
     let mut backend = CudaBackend::new(

@@ -3,9 +3,9 @@
 # parity against the CPU reference and transformers, the decode benchmark against the read
 # bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
 #
-#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [tests] [client] [peer]
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
 #
-# BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels and cuda_backend built on the development machine.
+# BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels, preemption and cuda_backend built on the development machine.
 set -u
 B=$(realpath "${1:-.gpu}"); O=${2:-/tmp/nerva-gpu-out}; shift 2 || true
 steps="${*:-parity-tiny bench-small parity-big bench-8b peer}"
@@ -46,9 +46,31 @@ batch_sweep() {
   model $1
   timeout 400 "$B/gpu_decode" --model $M/$1 --batch 1,8,32,64,128 --prefill "" --json 2>&1 | tee "$O/batch_$1_tensor.log"
   timeout 300 "$B/gpu_decode" --model $M/$1 --batch 1,8,64 --prefill "" --projections gemv --json 2>&1 | tee "$O/batch_$1_gemv.log"
+  timeout 300 "$B/gpu_decode" --model $M/$1 --batch 1,64 --prefill "" --projections mixed --json 2>&1 | tee "$O/batch_$1_mixed.log"
 }
 if has batch-small; then batch_sweep qwen3-0.6b; fi
 if has batch-8b; then batch_sweep qwen3-8b; fi
+if has sweep; then
+  # Issue 8's load: closed-loop streams from 4 client processes on qwen3-8b, then the fork.
+  p=qwen3-8b; model $p
+  sock=/tmp/nerva-sweep.sock
+  "$B/nervad" --model $M/$p --socket $sock --backend cuda --max-batch 256 --max-step-tokens 1024 \
+    ${SWEEP_FLAGS:-} >"$O/daemon_sweep.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 180); do [ -S $sock ] && break; sleep 1; done
+  timeout 420 "$B/nervactl" --socket $sock bench --streams ${SWEEP_STREAMS:-1,8,32,64,128,256} \
+    --prompt-tokens 512 --max-tokens 256 --waves 1 --out "$O/sweep.json" 2>&1 | tee "$O/sweep.log"
+  timeout 240 "$B/nervactl" --socket $sock bench --fork 32 --prompt-tokens 512 --max-tokens 128 \
+    --out "$O/fork.json" 2>&1 | tee "$O/fork.log"
+  timeout 60 "$B/nervactl" --socket $sock stats 2>&1 | tail -40 >> "$O/sweep.log"
+  kill $pid; wait $pid
+fi
+if has preempt; then
+  # Preemption by swap against recompute on the device (issue 8).
+  model qwen3-0.6b
+  timeout 300 "$B/preemption" --backend cuda --preset qwen3-0.6b --model $M/qwen3-0.6b --seqs 32 \
+    --prompt 256 --tokens 256 --kv-pages 256 2>&1 | tee "$O/preempt.log"
+fi
 if has tests; then
   # The GPU tests (they skip on machines without a device): the test binary built here.
   NERVA_GPU_BIG=1 timeout 600 "$B/cuda_backend" --nocapture --test-threads 1 2>&1 | tee "$O/cuda_tests.log"

@@ -82,6 +82,7 @@ fn engine_run(dir: &std::path::Path, n: usize, steps: usize, threads: usize) -> 
         max_step_tokens: 256,
         page_tokens: 16,
         max_queued: n,
+        ..EngineOptions::default()
     };
     let mut engine = Engine::with_cpu_backend(model, options).expect("engine");
     for c in 0..n {
@@ -201,6 +202,7 @@ fn main() {
             kv_budget_bytes: pages_per_seq * batch * page_tokens * kv_bytes_per_token(c, 4),
             max_context: context,
             threads: args.threads,
+            swap: nervad::backend::SwapSpace::None,
         },
     )
     .expect("backend");

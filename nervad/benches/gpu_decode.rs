@@ -54,7 +54,7 @@ struct Args {
     /// Prefill projections on the GEMV kernels instead of cuBLAS.
     #[arg(long)]
     exact_prefill: bool,
-    /// Decode-projection kernels: tensor or gemv.
+    /// Decode-projection kernels: tensor, gemv or mixed.
     #[arg(long, default_value = "tensor")]
     projections: nervad::backend::cuda::Projections,
     /// Print one JSON line per batch size as well.
@@ -147,6 +147,7 @@ fn main() {
         max_step_tokens: 256.max(max_batch),
         page_tokens: 16,
         max_queued: max_batch,
+        ..EngineOptions::default()
     };
     let t0 = Instant::now();
     let mut backend = CudaBackend::new(

@@ -319,6 +319,7 @@ fn prefill_and_fused_decode_give_identical_bits() {
             kv_budget_bytes: 64 << 20,
             max_context: 256,
             threads: 0,
+            swap: nervad::backend::SwapSpace::None,
         };
         let n = 70usize; // three attention tiles, the last partly filled
         let tokens: Vec<u32> = (0..n as u32).map(|i| (7 + 13 * i) % vocab as u32).collect();
@@ -536,6 +537,7 @@ fn tensor_projections_are_batch_invariant() {
             kv_budget_bytes: 1 << 30,
             max_context: 64,
             threads: 0,
+            swap: nervad::backend::SwapSpace::None,
         };
         let exact = CudaOptions {
             exact_prefill: true,
@@ -618,4 +620,93 @@ fn tensor_projections_are_batch_invariant() {
              against the exact prefill"
         );
     }
+}
+
+/// Preemption by swap on the device: a sequence's KV pages are copied out to the pinned host
+/// swap area while its next step is still in flight (the copy must wait for that step's KV
+/// writes), its pages are then overwritten, and the copies come back into other pages; the
+/// greedy tokens and log-probability bits that follow equal those of an uninterrupted run of
+/// the same prompt, and the swaps allocate nothing.
+#[test]
+fn swapped_kv_pages_come_back_bit_exact_mid_generation() {
+    use nervad::backend::cuda::CudaBackend;
+    use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput, SwapSpace};
+    let Some(cuda) = device() else { return };
+    let dir = checkpoint(Preset::Tiny);
+    let model = LoadedModel::load(&dir).expect("load");
+    let config = model.config.clone();
+    let vocab = config.vocab_size as u32;
+    let page_tokens = 16;
+    let page_bytes = page_tokens * nervad::backend::kv_bytes_per_token(&config, 2);
+    let options = BackendOptions {
+        max_seqs: 2,
+        max_step_tokens: 64,
+        page_tokens,
+        kv_budget_bytes: 0,
+        max_context: 96,
+        threads: 0,
+        swap: SwapSpace::Bytes(8 * page_bytes),
+    };
+    let mut b = CudaBackend::new(&config, &model.weights, options, cuda).expect("backend");
+    assert_eq!(b.kv_page_bytes(), page_bytes);
+    assert_eq!(b.limits().swap_pages, 8);
+    assert!(b.limits().num_pages >= 16);
+    let prompt: Vec<u32> = (0..40).map(|i| (3 + 11 * i) % vocab).collect();
+    let params = SamplingParams::default();
+    let (steps, swap_at) = (48usize, 16usize);
+    let one = |slot, tokens: &'static [u32], pos: usize, table: &'static [u32]| SeqStep {
+        slot,
+        tokens,
+        start_pos: pos as u32,
+        block_table: table,
+        sample: true,
+        want_logits: false,
+        from_last_sample: false,
+    };
+    let leak = |v: Vec<u32>| -> &'static [u32] { Box::leak(v.into_boxed_slice()) };
+    let mut out = StepOutput::with_capacity(2);
+    let mut generate = |b: &mut CudaBackend, slot: u32, tables: [&'static [u32]; 2]| {
+        b.start_sequence(slot, &params, 0, &prompt).unwrap();
+        b.step(&[one(slot, leak(prompt.clone()), 0, tables[0])], &mut out)
+            .unwrap();
+        let first = out.samples[0].unwrap();
+        let mut got = vec![(first.token, first.logprob.to_bits())];
+        for i in 0..steps {
+            let pos = prompt.len() + i;
+            let token = leak(vec![got.last().unwrap().0]);
+            if i == swap_at && tables[0] != tables[1] {
+                // Out while this step (which writes position `pos`) is in flight: the copy is
+                // ordered after it. Then the old pages are scribbled over, and the copies come
+                // back into other pages.
+                b.launch(&[one(slot, token, pos, tables[0])], &mut out)
+                    .unwrap();
+                let written = (pos + 1).div_ceil(page_tokens);
+                let before = b.stats().driver;
+                let host: Vec<u32> = (0..written as u32).collect();
+                b.swap_out(&tables[0][..written], &host).unwrap();
+                b.collect(&mut out).unwrap();
+                for &p in &tables[0][..written] {
+                    b.copy_page(15, p).unwrap();
+                }
+                b.swap_in(&host, &tables[1][..written]).unwrap();
+                let after = b.stats().driver;
+                assert_eq!(after.device_allocs, before.device_allocs);
+                assert_eq!(after.pinned_allocs, before.pinned_allocs);
+                assert!(after.d2h_bytes - before.d2h_bytes >= (written * page_bytes) as u64);
+                assert!(after.h2d_bytes - before.h2d_bytes >= (written * page_bytes) as u64);
+            } else {
+                let table = if i > swap_at { tables[1] } else { tables[0] };
+                b.step(&[one(slot, token, pos, table)], &mut out).unwrap();
+            }
+            let s = out.samples[0].unwrap();
+            got.push((s.token, s.logprob.to_bits()));
+        }
+        got
+    };
+    let plain = leak((0..6).collect());
+    let want = generate(&mut b, 0, [plain, plain]);
+    let before = leak((6..12).collect());
+    let after = leak(vec![12, 13, 14, 15, 10, 11]);
+    let got = generate(&mut b, 1, [before, after]);
+    assert_eq!(got, want, "tokens and log-probability bits after a swap");
 }

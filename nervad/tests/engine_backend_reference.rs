@@ -323,6 +323,7 @@ fn backend(c: &ModelConfig, m: &Model, page_tokens: usize, pages: usize) -> CpuB
             kv_budget_bytes: per_token * page_tokens * pages,
             max_context: c.max_position_embeddings,
             threads: 2,
+            swap: nervad::backend::SwapSpace::None,
         },
     )
     .expect("backend builds")

@@ -104,6 +104,7 @@ fn decode_steps_allocate_nothing_after_warm_up() {
             kv_budget_bytes: 1 << 20,
             max_context: 128,
             threads: 2,
+            swap: nervad::backend::SwapSpace::None,
         },
     )
     .unwrap();

@@ -136,12 +136,15 @@ fn a_slot_reused_after_a_stop_never_gets_the_old_sequences_token() {
 /// Launch-ahead decode and preemption together, over a backend that models the paged KV pool
 /// (every output is a hash of the tokens read back through the block table): a pool of 18
 /// pages for six requests that need 63 gives every request exactly the tokens of a roomy
-/// step-by-step run, forks included.
+/// step-by-step run, forks included, whether preemption recomputes (no swap area), swaps
+/// (a roomy swap area; a slot swapped back in is poisoned, so a stale read shows), or swaps
+/// until a 3-page area is full and then recomputes.
 #[test]
 fn preemption_with_launch_ahead_keeps_every_sequence_exact() {
-    let run_with = |pages: usize, overlap: bool| {
+    let run_with = |pages: usize, overlap: bool, swap_pages: usize| {
         let limits = nervad::backend::BackendLimits {
             num_pages: pages,
+            swap_pages,
             ..scripted_limits()
         };
         let mut backend = ScriptedBackend::new(limits, Vec::new());
@@ -167,23 +170,43 @@ fn preemption_with_launch_ahead_keeps_every_sequence_exact() {
         }
         run(&mut e, &mut rec);
         assert_eq!(e.free_pages(), pages);
+        assert_eq!(
+            e.host_swap_pages(),
+            (0, swap_pages),
+            "every host slot returned"
+        );
+        assert_eq!(e.swap_ins(), e.swap_outs());
         let outs: Vec<_> = keys
             .iter()
             .flat_map(|&(k, n)| (0..n).map(move |s| (k, s)))
             .map(|(k, s)| (rec.tokens(k, s), rec.done(k, s)))
             .collect();
-        (outs, e.preemptions())
+        (outs, e.preemptions(), e.swap_outs(), e.recomputed_tokens())
     };
-    let (want, none) = run_with(64, false);
+    let (want, none, _, _) = run_with(64, false, 0);
     assert_eq!(none, 0);
     assert!(
         want.iter()
             .all(|(t, d)| t.len() == 30 && d == &[FinishReason::Length])
     );
     for overlap in [false, true] {
-        let (got, preempted) = run_with(18, overlap);
+        let (got, preempted, swaps, again) = run_with(18, overlap, 0);
         assert!(preempted > 0, "overlap {overlap}: the pool ran dry");
+        assert_eq!((swaps, again > 0), (0, true), "no swap area: recompute");
         assert_eq!(got, want, "overlap {overlap}");
+
+        let (got, preempted, swaps, again) = run_with(18, overlap, 64);
+        assert!(preempted > 0, "overlap {overlap}: the pool ran dry");
+        assert_eq!((swaps, again), (preempted, 0), "every preemption swapped");
+        assert_eq!(got, want, "overlap {overlap}, swap");
+
+        let (got, preempted, swaps, again) = run_with(18, overlap, 3);
+        assert!(
+            swaps > 0 && swaps < preempted,
+            "{swaps} of {preempted} swapped"
+        );
+        assert!(again > 0, "a full swap area recomputes");
+        assert_eq!(got, want, "overlap {overlap}, swap area full");
     }
 }
 

@@ -1,12 +1,15 @@
 //! Scheduler behaviour on the exact CPU backend: KV pages taken as sequences grow, preemption
-//! with recompute, chunked prefill, fairness between clients, prefix sharing. Outputs are
-//! compared bit for bit (token ids and log-probabilities) with unconstrained runs.
+//! with recompute and with swap to the host (and swap falling back to recompute), chunked
+//! prefill, fairness between clients, prefix sharing. Outputs are compared bit for bit (token
+//! ids and log-probabilities) with unconstrained runs.
 
 mod engine_support;
 
 use engine_support::*;
+use nervad::backend::SwapSpace;
 use nervad::engine::{
-    Engine, EngineOptions, GenerateRequest, InferenceEngine, Prompt, RequestKey, SamplingParams,
+    Engine, EngineOptions, GenerateRequest, InferenceEngine, Preemption, Prompt, RequestKey,
+    SamplingParams,
 };
 
 /// Bytes of KV per token of the test model (2 layers, K and V, 2 heads of 8, f32).
@@ -20,7 +23,17 @@ fn options(pages: usize) -> EngineOptions {
         threads: 2,
         max_step_tokens: 16,
         page_tokens: 4,
+        preemption: Preemption::Recompute,
         ..EngineOptions::default()
+    }
+}
+
+/// `options(pages)` preempting by swap, with a host swap area of `swap_pages` pages.
+fn swap_options(pages: usize, swap_pages: usize) -> EngineOptions {
+    EngineOptions {
+        preemption: Preemption::Swap,
+        swap: SwapSpace::Bytes(swap_pages * 4 * KV_TOKEN_BYTES),
+        ..options(pages)
     }
 }
 
@@ -86,6 +99,12 @@ fn serve(pages: usize, reqs: &[GenerateRequest]) -> (Recorder, u64) {
 }
 
 fn serve_with(options: EngineOptions, reqs: &[GenerateRequest]) -> (Recorder, u64) {
+    let (rec, e) = serve_engine(options, reqs);
+    (rec, e.preemptions())
+}
+
+/// Serve `reqs` to the end; every KV page and host swap slot is back at the end.
+fn serve_engine(options: EngineOptions, reqs: &[GenerateRequest]) -> (Recorder, Engine) {
     let pages = options.kv_budget_bytes / (options.page_tokens * KV_TOKEN_BYTES);
     let mut e = Engine::with_cpu_backend(model(3), options).unwrap();
     let mut rec = Recorder::default();
@@ -94,7 +113,26 @@ fn serve_with(options: EngineOptions, reqs: &[GenerateRequest]) -> (Recorder, u6
     }
     run(&mut e, &mut rec);
     assert_eq!(e.free_pages(), pages, "every page returned");
-    (rec, e.preemptions())
+    assert_eq!(e.host_swap_pages().0, 0, "every host swap slot returned");
+    assert_eq!(
+        e.swap_ins(),
+        e.swap_outs(),
+        "every swapped sequence came back"
+    );
+    (rec, e)
+}
+
+/// Every sample of every request of `reqs` has the tokens, log-probability bits and finish
+/// of `want`.
+fn assert_same_outputs(reqs: &[GenerateRequest], got: &Recorder, want: &Recorder, what: &str) {
+    for r in reqs {
+        for s in 0..r.n_samples {
+            let w = outputs(want, r.key, s);
+            assert!(!w.0.is_empty());
+            assert_eq!(outputs(got, r.key, s), w, "{what}: {:?} sample {s}", r.key);
+            assert_eq!(got.done(r.key, s), want.done(r.key, s), "{what}");
+        }
+    }
 }
 
 /// Preemption under a tiny KV pool (18 pages; a full-context sequence takes 12) gives every request
@@ -116,6 +154,91 @@ fn preemption_under_a_tiny_pool_gives_identical_outputs() {
             assert_eq!(tight.done(r.key, s), roomy.done(r.key, s));
         }
     }
+}
+
+/// Preemption by swap under the same tiny pool: the victims' own pages go to the host swap
+/// area and back (a fork's shared prompt pages stay resident), nothing is recomputed, and
+/// every request and sample (greedy, seeded sampling with penalties, a 3-sample fork) has
+/// exactly the tokens and log-probability bits of the run with room for all.
+#[test]
+fn swap_preemption_under_a_tiny_pool_gives_identical_outputs() {
+    let reqs = workload();
+    let (roomy, _) = serve(96, &reqs);
+    let (tight, e) = serve_engine(swap_options(18, 64), &reqs);
+    assert!(e.preemptions() >= 3, "only {} preemptions", e.preemptions());
+    assert_eq!(e.swap_outs(), e.preemptions(), "every preemption swapped");
+    assert!(e.pages_swapped().0 > 0);
+    assert_eq!(e.recomputed_tokens(), 0, "nothing recomputed");
+    assert_same_outputs(&reqs, &tight, &roomy, "swap");
+}
+
+/// A host swap area of 3 pages holds some victims and not others: those recompute, and the
+/// outputs are still exactly those of the roomy run.
+#[test]
+fn a_full_swap_area_falls_back_to_recompute_and_stays_identical() {
+    let reqs = workload();
+    let (roomy, _) = serve(96, &reqs);
+    let (tight, e) = serve_engine(swap_options(18, 3), &reqs);
+    let swaps = e.swap_outs();
+    assert!(swaps > 0, "the area held some victims");
+    assert!(
+        swaps < e.preemptions(),
+        "{swaps} of {} swapped",
+        e.preemptions()
+    );
+    assert!(e.recomputed_tokens() > 0, "the others recomputed");
+    assert_same_outputs(&reqs, &tight, &roomy, "swap area full");
+}
+
+/// Run `reqs` on a tiny pool until a sequence is swapped out, then `end` some of them (cancel,
+/// or the client's death): the host slots of the swapped sequences ended are free at once,
+/// and the requests left finish with exactly their roomy outputs.
+fn end_while_swapped(end: impl Fn(&mut Engine, &[GenerateRequest]), ended: &[usize]) {
+    // A low-priority request is admitted first and is the victim when the others (priority
+    // 5) need its pages.
+    let mut reqs = workload();
+    reqs.truncate(4);
+    for (i, r) in reqs.iter_mut().enumerate() {
+        r.priority = if i == 0 { 0 } else { 5 };
+    }
+    let (roomy, _) = serve(96, &reqs);
+    let mut e = Engine::with_cpu_backend(model(3), swap_options(14, 64)).unwrap();
+    let mut rec = Recorder::default();
+    for r in &reqs {
+        e.submit(r.clone()).unwrap();
+    }
+    let mut guard = 0;
+    while e.swapped() == 0 {
+        assert!(e.step(&mut rec), "finished without a swap");
+        guard += 1;
+        assert!(guard < 5000);
+    }
+    assert!(
+        e.host_swap_pages().0 > 0,
+        "a swapped sequence holds host pages"
+    );
+    end(&mut e, &reqs);
+    e.step(&mut rec);
+    assert_eq!(e.swapped(), 0, "the swapped request ended");
+    assert_eq!(e.host_swap_pages().0, 0, "its host pages are free");
+    run(&mut e, &mut rec);
+    assert_eq!(e.free_pages(), 14);
+    let left: Vec<_> = (0..reqs.len())
+        .filter(|i| !ended.contains(i))
+        .map(|i| reqs[i].clone())
+        .collect();
+    assert_same_outputs(&left, &rec, &roomy, "after the end of a swapped request");
+}
+
+#[test]
+fn cancelling_a_swapped_request_frees_its_host_pages() {
+    end_while_swapped(|e, reqs| e.cancel(reqs[0].key), &[0]);
+}
+
+#[test]
+fn a_swapped_requests_client_dying_frees_its_host_pages() {
+    // Client 0 sent requests 0 and 3.
+    end_while_swapped(|e, reqs| e.drop_client(reqs[0].key.client), &[0, 3]);
 }
 
 /// Chunked prefill (a 5-token budget: 33-token prompts in 7 chunks, chunks sharing steps with

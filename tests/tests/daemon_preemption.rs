@@ -1,6 +1,7 @@
 //! A daemon whose KV pool holds a few sequences at a time, under four client processes: the
-//! pool runs dry, sequences are preempted and recomputed, and every request's tokens (seeded
-//! sampling) equal those a daemon with room for all gives one client.
+//! pool runs dry, sequences are preempted (recomputed, swapped to the host and back, or
+//! swapped until the host area is full and then recomputed), and every request's tokens
+//! (seeded sampling) equal those a daemon with room for all gives one client.
 
 use nerva_client::Client;
 use nerva_tests::daemon_harness::{
@@ -10,11 +11,13 @@ use nerva_tests::daemon_harness::{
 const DAEMON: &str = env!("CARGO_BIN_EXE_nervad-under-test");
 const CLIENT: &str = env!("CARGO_BIN_EXE_nerva-test-client");
 
-#[test]
-fn a_tiny_kv_pool_preempts_and_every_output_stays_exact() {
+/// Serve the workload on a roomy daemon (one client) and on a tight one with `preemption`
+/// arguments (four client processes); check every output and return the tight daemon's live
+/// engine figures once all is done.
+fn tight_pool_outputs_are_exact(preemption: &[&str]) -> Option<serde_json::Value> {
     if test_engine() {
         println!("skipped: the test engine has no KV pool (NERVA_TEST_ENGINE=test)");
-        return;
+        return None;
     }
     const PROCS: u32 = 4;
     const REQUESTS: u32 = 4;
@@ -34,21 +37,67 @@ fn a_tiny_kv_pool_preempts_and_every_output_stays_exact() {
 
     let mut args = common.to_vec();
     args.extend(["--kv-bytes", "160KiB"]);
+    args.extend(preemption);
     let tight = Daemon::start(DAEMON, &args);
     let streamed = stream_from_processes(CLIENT, tight.socket(), PROCS, REQUESTS, TOKENS);
     for (p, requests) in streamed.iter().enumerate() {
         for (r, got) in requests.iter().enumerate() {
             let want = &baseline[p * REQUESTS as usize + r];
-            assert_eq!(got.tokens, want.tokens, "client {p} request {r}");
+            assert_eq!(
+                got.tokens, want.tokens,
+                "{preemption:?}: client {p} request {r}"
+            );
             assert_eq!(got.finish, want.finish);
         }
     }
     let mut admin = Client::connect(Some(tight.socket())).expect("connect");
     let stats: serde_json::Value =
         serde_json::from_str(&admin.stats().expect("stats")).expect("stats json");
-    let live = &stats["engine"]["live"];
+    let live = stats["engine"]["live"].clone();
     let preemptions = live["preemptions"].as_u64().expect("preemptions gauge");
     println!("{preemptions} preemptions, live engine figures: {live}");
     assert!(preemptions > 0, "the pool never ran dry: {live}");
     assert_eq!(live["kv_pages_used"], 0, "every page returned");
+    assert_eq!(live["swap_pages_used"], 0, "every host swap page returned");
+    assert_eq!(live["swapped"], 0);
+    assert_eq!(live["swap_ins"], live["swap_outs"]);
+    let status: serde_json::Value =
+        serde_json::from_str(&admin.status().expect("status")).expect("status json");
+    assert_eq!(status["swap"]["pages_used"], 0, "status: {status}");
+    Some(live)
+}
+
+#[test]
+fn a_tiny_kv_pool_preempts_by_recompute_and_every_output_stays_exact() {
+    let Some(live) = tight_pool_outputs_are_exact(&["--preemption", "recompute"]) else {
+        return;
+    };
+    assert_eq!(live["swap_outs"], 0, "recompute never swaps: {live}");
+    assert_eq!(live["swap_pages_free"], 0, "no swap area: {live}");
+}
+
+#[test]
+fn a_tiny_kv_pool_preempts_by_swap_and_every_output_stays_exact() {
+    // 64 host pages of 16 KiB: room for every victim.
+    let Some(live) =
+        tight_pool_outputs_are_exact(&["--preemption", "swap", "--swap-space", "1MiB"])
+    else {
+        return;
+    };
+    assert_eq!(
+        live["swap_outs"], live["preemptions"],
+        "every victim swapped: {live}"
+    );
+    assert_eq!(live["swap_pages_free"], 64);
+}
+
+#[test]
+fn a_full_swap_area_recomputes_and_every_output_stays_exact() {
+    // 2 host pages: too few for most victims, which recompute instead.
+    let Some(live) = tight_pool_outputs_are_exact(&["--swap-space", "32KiB"]) else {
+        return;
+    };
+    let (swaps, preemptions) = (live["swap_outs"].as_u64(), live["preemptions"].as_u64());
+    assert!(swaps > Some(0), "some victims swapped: {live}");
+    assert!(swaps < preemptions, "some victims recomputed: {live}");
 }

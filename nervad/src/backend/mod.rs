@@ -70,6 +70,8 @@ pub struct BackendLimits {
     pub num_pages: usize,
     /// Longest sequence (prompt + output) a slot can hold; also bounds block tables.
     pub max_context: usize,
+    /// Pages the host swap area holds (0: no swap area; preemption then recomputes).
+    pub swap_pages: usize,
 }
 
 impl BackendLimits {
@@ -95,6 +97,46 @@ pub struct BackendOptions {
     pub max_context: usize,
     /// Worker threads (CPU); 0 means all available cores.
     pub threads: usize,
+    /// Host memory for KV pages swapped out of the pool (preemption by swapping).
+    pub swap: SwapSpace,
+}
+
+/// How much host memory the swap area takes. It is allocated once, when the backend is built
+/// (page-locked on a device, so the copy engines reach it), and holds whole KV pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SwapSpace {
+    /// No swap area.
+    #[default]
+    None,
+    /// Exactly this many bytes: a whole number of KV pages, or the backend refuses to start
+    /// (the operator asked for a size; a silent rounding would hide a wrong one).
+    Bytes(usize),
+    /// As many whole pages as fit in this many bytes (a computed default; none when not even
+    /// one fits).
+    UpTo(usize),
+}
+
+impl SwapSpace {
+    /// Pages of `page_bytes` this size holds, or why it is unusable.
+    pub fn pages(self, page_bytes: usize) -> Result<usize, BackendError> {
+        let page_bytes = page_bytes.max(1);
+        match self {
+            SwapSpace::None | SwapSpace::Bytes(0) | SwapSpace::UpTo(0) => Ok(0),
+            SwapSpace::UpTo(bytes) => Ok(bytes / page_bytes),
+            SwapSpace::Bytes(bytes) if bytes % page_bytes != 0 => {
+                let below = bytes / page_bytes * page_bytes;
+                Err(BackendError::Limits(format!(
+                    "swap space of {bytes} bytes is not a whole number of KV pages ({page_bytes} \
+                     bytes each with this model, page size and backend): use {below} ({} pages) \
+                     or {} ({} pages), or 0 for none",
+                    below / page_bytes,
+                    below + page_bytes,
+                    below / page_bytes + 1
+                )))
+            }
+            SwapSpace::Bytes(bytes) => Ok(bytes / page_bytes),
+        }
+    }
 }
 
 /// Errors a backend reports. A step that fails leaves the KV pool's pages of the failing
@@ -342,6 +384,26 @@ pub trait Backend: Send {
     /// Copy the contents of KV page `src` into page `dst` (copy-on-write of a shared tail page).
     fn copy_page(&mut self, src: u32, dst: u32) -> Result<(), BackendError>;
 
+    /// Copy KV pages `pages[i]` out to host swap slots `host[i]` (`0..limits().swap_pages`)
+    /// for preemption by swapping. Ordered after every step launched before the call and before
+    /// every step launched after it: a page is read only once the steps that write it are done,
+    /// so the caller may hand the page to another sequence as soon as this returns. The host
+    /// slots must not be read back ([`Backend::swap_in`]) into a page a launched step still
+    /// reads.
+    fn swap_out(&mut self, pages: &[u32], host: &[u32]) -> Result<(), BackendError> {
+        let _ = (pages, host);
+        Err(BackendError::Limits("this backend has no swap area".into()))
+    }
+
+    /// Copy host swap slots `host[i]` back into KV pages `pages[i]`. Ordered after every step
+    /// launched before the call (so the pages may have been written by a previous holder until
+    /// then) and before every step launched after it (which may read them). The host slots may
+    /// be handed to another `swap_out` as soon as this returns.
+    fn swap_in(&mut self, host: &[u32], pages: &[u32]) -> Result<(), BackendError> {
+        let _ = (host, pages);
+        Err(BackendError::Limits("this backend has no swap area".into()))
+    }
+
     /// Enqueue one forward step over `batch` with sampling where asked; sampled tokens also
     /// enter their slot's penalty state and, on a device, its token ring. Logits asked for with
     /// `want_logits` are written to `out.logits` before this returns (a policy sync on a
@@ -414,6 +476,34 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(bytes as usize)
+}
+
+/// Check the arguments of a swap: as many pages as host slots, each in range.
+/// Backends call this first so a bad call copies nothing.
+pub fn validate_swap(
+    limits: &BackendLimits,
+    pages: &[u32],
+    host: &[u32],
+) -> Result<(), BackendError> {
+    if pages.len() != host.len() {
+        return Err(BackendError::InvalidInput(format!(
+            "swap of {} pages into {} host slots",
+            pages.len(),
+            host.len()
+        )));
+    }
+    if let Some(&bad) = pages.iter().find(|&&p| p as usize >= limits.num_pages) {
+        return Err(BackendError::InvalidInput(format!(
+            "page {bad} out of range"
+        )));
+    }
+    if let Some(&bad) = host.iter().find(|&&h| h as usize >= limits.swap_pages) {
+        return Err(BackendError::InvalidInput(format!(
+            "host swap slot {bad} out of range (the swap area holds {} pages)",
+            limits.swap_pages
+        )));
+    }
+    Ok(())
 }
 
 /// Bytes of KV cache one token takes over all layers with `elem_bytes` per value.

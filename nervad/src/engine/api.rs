@@ -317,6 +317,16 @@ pub struct EngineGauges {
     pub preempted: std::sync::atomic::AtomicU64,
     /// Preemptions since start.
     pub preemptions: std::sync::atomic::AtomicU64,
+    /// Samples preempted with their KV pages in the host swap area, waiting to swap back in.
+    pub swapped: std::sync::atomic::AtomicU64,
+    /// Sequences swapped out to the host since start.
+    pub swap_outs: std::sync::atomic::AtomicU64,
+    /// Sequences swapped back in since start.
+    pub swap_ins: std::sync::atomic::AtomicU64,
+    /// Host swap area pages holding swapped KV pages now.
+    pub swap_pages_used: std::sync::atomic::AtomicU64,
+    /// Pages the host swap area holds (0: no swap area).
+    pub swap_pages_total: std::sync::atomic::AtomicU64,
     /// KV pages held by more than one sequence (forked samples, shared prefixes).
     pub kv_pages_shared: std::sync::atomic::AtomicU64,
     /// KV pages cached for their prefix that no sequence holds (counted free: the pool
@@ -364,6 +374,8 @@ impl EngineGauges {
         let used = self.kv_pages_used.load(Acquire);
         let peak = self.kv_pages_peak.load(Relaxed);
         let total = self.kv_pages_total.load(Relaxed);
+        let swap_used = self.swap_pages_used.load(Relaxed);
+        let swap_total = self.swap_pages_total.load(Relaxed);
         let steps = self.steps.load(Relaxed);
         let per_step = |v: u64| {
             if steps > 0 {
@@ -400,6 +412,11 @@ impl EngineGauges {
             "parked": self.parked.load(Relaxed),
             "preempted": self.preempted.load(Relaxed),
             "preemptions": self.preemptions.load(Relaxed),
+            "swapped": self.swapped.load(Relaxed),
+            "swap_outs": self.swap_outs.load(Relaxed),
+            "swap_ins": self.swap_ins.load(Relaxed),
+            "swap_pages_used": swap_used,
+            "swap_pages_free": swap_total.saturating_sub(swap_used),
             "client_tokens": clients,
             "device": {
                 "steps": steps,

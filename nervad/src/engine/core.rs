@@ -12,12 +12,25 @@
 //! pages plus one decode page per sample are available beyond what admitted prompts still
 //! need to finish their prefill (a watermark, not a reservation). When a sequence needs a page
 //! and the pool is dry, the lowest-ranked sequence holding pages is *preempted*
-//! ([`super::scheduler`] says who): its pages are freed and it leaves its slot, keeping its
-//! tokens (prompt + output) and text state. It comes back before any new request is admitted:
-//! its prefix is prefilled again (recompute; no token is sampled or emitted) and decoding goes
-//! on from its last sampled token, with the backend's sampling state restored exactly
+//! ([`super::scheduler`] says who): it leaves its slot, keeping its tokens (prompt + output)
+//! and text state, and its KV pages are either
+//! - *swapped* ([`super::scheduler::Preemption::Swap`], the default): the pages it alone holds
+//!   are copied to the backend's host swap area ([`super::swap_slots`]) and freed; pages it
+//!   shares (refcount > 1: a fork's prompt, a prefix another running sequence found in the
+//!   cache) stay resident and held, since freeing them would free nothing and they are never
+//!   written while shared (copy-on-write). Before it runs again its pages come back: a page it
+//!   had that is still cached for the same prefix (full, so never written since, and not
+//!   evicted, which would have unregistered it) is taken again without a copy, the others are
+//!   copied into fresh pages. The KV bits are exactly those it had. When the host area has no
+//!   room for its pages, it is recomputed instead;
+//! - or *recomputed* ([`super::scheduler::Preemption::Recompute`]): its pages are freed, and
+//!   when it comes back its prefix is prefilled again (no token is sampled or emitted).
+//!
+//! Either way it comes back before any new request is admitted, best rank first, and decoding
+//! goes on from its last sampled token, with the backend's sampling state restored exactly
 //! (`resume_sequence`), so its output is what an uninterrupted run gives. Only a request that
-//! could never fit the whole pool alone is refused.
+//! could never fit the whole pool alone is refused. Ending a swapped request (done, cancelled,
+//! its client gone) frees its host slots with its pages.
 //!
 //! Samples of one request share the prompt's KV pages: the primary prefills all prompt tokens
 //! but the last, every other sample then holds the same pages (reference counted), and each
@@ -63,7 +76,7 @@ use super::kv_pool::KvPagePool;
 use super::ledger::{EMPTY_LEDGER, SampleLedger, StepShare, TokenSeen};
 use super::model::EngineModel;
 use super::prefix_cache;
-use super::scheduler::{FairShare, Rank, fair_key};
+use super::scheduler::{FairShare, Preemption, Rank, fair_key};
 use crate::backend::sampling::validate_params;
 use crate::backend::{Backend, BackendLimits, SampledToken, SeqStep, StepOutput, StepReport};
 
@@ -84,6 +97,11 @@ pub struct EngineOptions {
     pub page_tokens: usize,
     /// Most requests waiting for admission before `submit` answers `Busy`.
     pub max_queued: usize,
+    /// What preemption does with the victim's KV pages.
+    pub preemption: Preemption,
+    /// Host memory for swapped KV pages (none by default here; the daemon's `--swap-space`
+    /// picks a size from the host's memory).
+    pub swap: crate::backend::SwapSpace,
 }
 
 impl Default for EngineOptions {
@@ -96,6 +114,8 @@ impl Default for EngineOptions {
             max_step_tokens: 256,
             page_tokens: 16,
             max_queued: 1024,
+            preemption: Preemption::Swap,
+            swap: crate::backend::SwapSpace::None,
         }
     }
 }
@@ -118,6 +138,11 @@ impl EngineOptions {
             kv_budget_bytes: self.kv_budget_bytes,
             max_context,
             threads: self.threads,
+            // Without swap preemption the area would never be used: do not take the memory.
+            swap: match self.preemption {
+                Preemption::Swap => self.swap,
+                Preemption::Recompute => crate::backend::SwapSpace::None,
+            },
         }
     }
 }
@@ -170,6 +195,13 @@ struct Sequence {
     sample_after_prefill: bool,
     /// Left its slot with its pages freed; its prefix is recomputed when it resumes.
     preempted: bool,
+    /// Empty unless swapped out. While swapped, one entry per page of `table`: [`RESIDENT`]
+    /// where the sequence still holds `table[i]` (a page it shares), else the host swap slot
+    /// holding the page's contents, and `table[i]` is then the page it had (not held; taken
+    /// again at swap-in if it is still cached for the same prefix).
+    host: Vec<u32>,
+    /// Positions its KV held when it was last recomputed (prefill below them is recompute).
+    recompute_to: usize,
     /// Leading pages of `table` that are full and cached for their prefix (found there or
     /// registered after being written), and the prefix key through them.
     cached_pages: usize,
@@ -194,6 +226,9 @@ struct Sequence {
 
 /// A slot index in `Request::slots` for a sample that is parked (no slot).
 const PARKED: u32 = u32::MAX;
+
+/// An entry of `Sequence::host` for a page that stayed resident.
+const RESIDENT: u32 = u32::MAX;
 
 /// What one batch entry was.
 #[derive(Debug, Clone, Copy)]
@@ -221,6 +256,8 @@ impl Sequence {
             prefill_to: 0,
             sample_after_prefill: false,
             preempted: false,
+            host: Vec::with_capacity(limits.max_pages_per_seq()),
+            recompute_to: 0,
             cached_pages: 0,
             prefix_key: prefix_cache::ROOT,
             input: [0],
@@ -245,6 +282,29 @@ impl Sequence {
     /// Waiting to prefill (initially, or recomputing after a preemption).
     fn prefilling(&self) -> bool {
         !self.decoding && self.len < self.prefill_to
+    }
+
+    /// Its pages are (partly) in the host swap area.
+    fn swapped(&self) -> bool {
+        !self.host.is_empty()
+    }
+
+    /// Holds pages that taking them away could free: any page, or for a swapped sequence
+    /// (whose resident pages were shared when it was swapped) one it alone holds now.
+    fn holds_freeable(&self, pool: &KvPagePool) -> bool {
+        if self.swapped() {
+            self.table
+                .iter()
+                .zip(&self.host)
+                .any(|(&page, &slot)| slot == RESIDENT && pool.refs(page) == 1)
+        } else {
+            !self.table.is_empty()
+        }
+    }
+
+    /// Pages of its table that are in the host swap area.
+    fn pages_on_host(&self) -> usize {
+        self.host.iter().filter(|&&h| h != RESIDENT).count()
     }
 }
 
@@ -326,6 +386,10 @@ pub struct Engine {
     admissions: u64,
     /// Sequences preempted since start.
     preemptions: u64,
+    /// Swapping pages to the host and back (`paging`).
+    swap: paging::SwapState,
+    /// Prefill positions computed again after a recompute preemption, since start.
+    recomputed_tokens: u64,
     /// Pages found in the prefix cache instead of being prefilled, since start.
     prefix_hits: u64,
     /// Slots of the step's decoding sequences in rank order (scratch).
@@ -370,6 +434,15 @@ impl Engine {
             .map(|_| Sequence::empty(&limits, longest))
             .collect();
         let weight_bytes = model_weight_bytes(&model.weights);
+        match (options.preemption, limits.swap_pages) {
+            (Preemption::Recompute, _) => tracing::info!("preemption: recompute"),
+            (Preemption::Swap, 0) => {
+                tracing::info!("preemption: swap, but no swap area; preempted sequences recompute")
+            }
+            (Preemption::Swap, pages) => {
+                tracing::info!(host_pages = pages, "preemption: swap to the host swap area")
+            }
+        }
         Engine {
             weight_bytes,
             name: model.name,
@@ -398,6 +471,8 @@ impl Engine {
             spare: Vec::new(),
             admissions: 0,
             preemptions: 0,
+            swap: paging::SwapState::new(options.preemption, &limits),
+            recomputed_tokens: 0,
             prefix_hits: 0,
             order: Vec::with_capacity(limits.max_seqs),
             out: StepOutput::with_capacity(limits.max_seqs),
@@ -477,9 +552,39 @@ impl Engine {
         self.pool.free()
     }
 
-    /// Sequences preempted (pages freed for recompute) since start.
+    /// Sequences preempted (pages swapped out or freed for recompute) since start.
     pub fn preemptions(&self) -> u64 {
         self.preemptions
+    }
+
+    /// Sequences whose pages were swapped out to the host, since start.
+    pub fn swap_outs(&self) -> u64 {
+        self.swap.outs
+    }
+
+    /// Sequences whose pages were swapped back in, since start.
+    pub fn swap_ins(&self) -> u64 {
+        self.swap.ins
+    }
+
+    /// KV pages copied to the host swap area / back into the pool, since start.
+    pub fn pages_swapped(&self) -> (u64, u64) {
+        (self.swap.pages_out, self.swap.pages_in)
+    }
+
+    /// Prefill positions computed again for sequences preempted by recompute, since start.
+    pub fn recomputed_tokens(&self) -> u64 {
+        self.recomputed_tokens
+    }
+
+    /// Sequences waiting with pages in the host swap area now.
+    pub fn swapped(&self) -> usize {
+        self.parked.iter().filter(|s| s.swapped()).count()
+    }
+
+    /// Host swap slots in use now, and in all.
+    pub fn host_swap_pages(&self) -> (usize, usize) {
+        (self.swap.slots.used(), self.swap.slots.total())
     }
 
     /// KV pages held by more than one sequence now.
@@ -679,6 +784,8 @@ impl Engine {
             };
             seq.sample_after_prefill = n == 1;
             seq.preempted = false;
+            debug_assert!(seq.host.is_empty(), "a free slot holds no swapped record");
+            seq.recompute_to = 0;
             seq.cached_pages = 0;
             seq.prefix_key = prefix_cache::ROOT;
             seq.decoding = false;
@@ -776,7 +883,7 @@ impl Engine {
             if self.parked[i].request == rid {
                 let mut seq = self.parked.swap_remove(i);
                 seq.active = false;
-                self.pool.release(&mut seq.table);
+                Self::release_kv(&mut self.pool, &mut self.swap.slots, &mut seq);
                 self.spare.push(seq);
             } else {
                 i += 1;
@@ -933,7 +1040,7 @@ impl Engine {
                 });
             }
             seq.active = false;
-            self.pool.release(&mut seq.table);
+            Self::release_kv(&mut self.pool, &mut self.swap.slots, &mut seq);
             self.spare.push(seq);
             if self.sample_ended(rid) {
                 return;
@@ -1134,6 +1241,8 @@ impl Engine {
             let sampled = self.out.samples.get(i).copied().flatten();
             if entry.prefill > 0 {
                 let seq = &mut self.seqs[entry.slot as usize];
+                let again = seq.recompute_to.min(seq.len + entry.prefill);
+                self.recomputed_tokens += again.saturating_sub(seq.len) as u64;
                 seq.len += entry.prefill;
                 let done = seq.len == seq.prefill_to;
                 self.register_full_pages(entry.slot);
@@ -1441,10 +1550,18 @@ impl InferenceEngine for Engine {
         );
         g.queued.store(self.queue.len() as u64, Relaxed);
         let preempted = self.parked.iter().filter(|s| s.preempted).count() as u64;
+        let swapped = self.swapped() as u64;
         g.parked
-            .store(self.parked.len() as u64 - preempted, Relaxed);
+            .store(self.parked.len() as u64 - preempted - swapped, Relaxed);
         g.preempted.store(preempted, Relaxed);
         g.preemptions.store(self.preemptions, Relaxed);
+        g.swapped.store(swapped, Relaxed);
+        g.swap_outs.store(self.swap.outs, Relaxed);
+        g.swap_ins.store(self.swap.ins, Relaxed);
+        g.swap_pages_used
+            .store(self.swap.slots.used() as u64, Relaxed);
+        g.swap_pages_total
+            .store(self.swap.slots.total() as u64, Relaxed);
         g.kv_pages_shared.store(self.pool.shared() as u64, Relaxed);
         g.kv_pages_cached.store(self.pool.cached() as u64, Relaxed);
         g.prefix_hit_pages.store(self.prefix_hits, Relaxed);

@@ -166,6 +166,7 @@ pub fn dump_model_on(
         max_step_tokens: 256,
         page_tokens,
         max_queued: 1,
+        ..EngineOptions::default()
     };
     let mut engine = Engine::with_backend(model, options, choice, cuda)?;
     let logits = engine.prompt_logits(tokens)?;

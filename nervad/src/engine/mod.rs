@@ -11,6 +11,7 @@ pub mod ledger;
 pub mod model;
 pub mod prefix_cache;
 pub mod scheduler;
+pub mod swap_slots;
 
 pub use api::{
     ClientId, EngineEvent, EngineInfo, EventSink, FinishReason, GenerateRequest, InferenceEngine,
@@ -19,3 +20,4 @@ pub use api::{
 pub use core::{Engine, EngineOptions};
 pub use detok::TokenTable;
 pub use model::{EngineModel, PromptEncoder, TextCodec};
+pub use scheduler::Preemption;

@@ -8,6 +8,9 @@
 //!   request regains its place), then the lower sample index. A sequence that needs a page
 //!   when none is left preempts the *lowest*-ranked sequence that holds pages (vLLM's
 //!   policy: lowest priority, then most recently admitted), or itself when it ranks lowest.
+//! - **Preemption mode** says what happens to the victim's KV pages ([`Preemption`]): copied
+//!   to the host swap area and back before it runs again (swap), or freed and recomputed from
+//!   its tokens (recompute). Swap falls back to recompute when the host area has no room.
 
 //! - **Fair share** orders clients for admission and prefill: deficit round robin by tokens
 //!   served (prefill and decode). Each client's deficit is the quantum it has been granted
@@ -24,6 +27,22 @@
 use std::cmp::Reverse;
 
 use super::api::ClientId;
+
+/// What a preempted sequence's KV pages become.
+///
+/// Swap is the default: it keeps the KV bits exactly (a copy), costs a page's bytes over the
+/// host link each way instead of a forward pass over the whole prefix, and leaves the prefix
+/// cache's pages alone. Recompute re-prefills the prefix, which on the CUDA backend runs
+/// cuBLAS projections that need not reproduce the bits decode steps wrote (README, scheduling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Preemption {
+    /// Copy the victim's own pages to the host swap area and back before it resumes; pages
+    /// it shares stay resident. Recompute when the swap area is full (or absent).
+    #[default]
+    Swap,
+    /// Free the victim's pages; it prefills its prefix again when it resumes.
+    Recompute,
+}
 
 /// Where a sequence stands for pages: smaller runs first, the largest is the next victim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -173,6 +173,17 @@ pub fn status_json(
             "parked": live.parked.load(Relaxed),
             "preempted": live.preempted.load(Relaxed),
             "preemptions": live.preemptions.load(Relaxed),
+            "swapped": live.swapped.load(Relaxed),
+            "swap_outs": live.swap_outs.load(Relaxed),
+            "swap_ins": live.swap_ins.load(Relaxed),
+        },
+        "swap": {
+            "pages_total": live.swap_pages_total.load(Relaxed),
+            "pages_used": live.swap_pages_used.load(Relaxed),
+            "pages_free": live
+                .swap_pages_total
+                .load(Relaxed)
+                .saturating_sub(live.swap_pages_used.load(Relaxed)),
         },
         "arenas": {
             "segment_backing": backing,

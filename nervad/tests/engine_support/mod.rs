@@ -290,6 +290,9 @@ pub struct ScriptedBackend {
     pub launched_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Token at each (page, offset) written so far; `u32::MAX` = never written.
     kv: Vec<u32>,
+    /// The host swap area in the same form (`limits.swap_pages` pages); a slot swapped back in
+    /// is poisoned, so reading a stale slot shows.
+    swap: Vec<u32>,
     /// Per slot: the token it sampled last (what `from_last_sample` feeds, as on a device).
     last_sample: Vec<u32>,
     /// Per slot: the seed it was started, forked or resumed with (mixed into `kv_model`
@@ -310,6 +313,7 @@ impl ScriptedBackend {
             prefill_launched_ahead: Default::default(),
             launched_ahead: Default::default(),
             kv: vec![u32::MAX; limits.num_pages * limits.page_tokens],
+            swap: vec![u32::MAX; limits.swap_pages * limits.page_tokens],
             last_sample: vec![0; limits.max_seqs],
             seeds: vec![0; limits.max_seqs],
             pending: std::collections::VecDeque::new(),
@@ -366,6 +370,25 @@ impl Backend for ScriptedBackend {
         let pt = self.limits.page_tokens;
         let (s, d) = (src as usize * pt, dst as usize * pt);
         self.kv.copy_within(s..s + pt, d);
+        Ok(())
+    }
+    fn swap_out(&mut self, pages: &[u32], host: &[u32]) -> Result<(), BackendError> {
+        nervad::backend::validate_swap(&self.limits, pages, host)?;
+        let pt = self.limits.page_tokens;
+        for (&p, &h) in pages.iter().zip(host) {
+            let (p, h) = (p as usize * pt, h as usize * pt);
+            self.swap[h..h + pt].copy_from_slice(&self.kv[p..p + pt]);
+        }
+        Ok(())
+    }
+    fn swap_in(&mut self, host: &[u32], pages: &[u32]) -> Result<(), BackendError> {
+        nervad::backend::validate_swap(&self.limits, pages, host)?;
+        let pt = self.limits.page_tokens;
+        for (&h, &p) in host.iter().zip(pages) {
+            let (p, h) = (p as usize * pt, h as usize * pt);
+            self.kv[p..p + pt].copy_from_slice(&self.swap[h..h + pt]);
+            self.swap[h..h + pt].fill(u32::MAX);
+        }
         Ok(())
     }
     fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {
@@ -469,6 +492,7 @@ pub fn scripted_limits() -> BackendLimits {
         page_tokens: 4,
         num_pages: 32,
         max_context: 64,
+        swap_pages: 0,
     }
 }
 

@@ -9,7 +9,7 @@ fn parse(json: &str) -> Value {
 }
 
 /// The rows of `status` (JSON paths; the table shows human-scaled values).
-pub const STATUS_FIELDS: [(&str, Show); 39] = [
+pub const STATUS_FIELDS: [(&str, Show); 45] = [
     ("model.name", Show::Text),
     ("model.architecture", Show::Text),
     ("model.dtype", Show::Text),
@@ -49,6 +49,12 @@ pub const STATUS_FIELDS: [(&str, Show); 39] = [
     ("scheduler.parked", Show::Text),
     ("scheduler.preempted", Show::Text),
     ("scheduler.preemptions", Show::Text),
+    ("scheduler.swapped", Show::Text),
+    ("scheduler.swap_outs", Show::Text),
+    ("scheduler.swap_ins", Show::Text),
+    ("swap.pages_total", Show::Text),
+    ("swap.pages_used", Show::Text),
+    ("swap.pages_free", Show::Text),
 ];
 
 /// `status`: one `FIELD VALUE` table, fields named by their JSON path.
@@ -278,7 +284,7 @@ pub const CLIENT_TOKEN_COLUMNS: [Column; 4] = [
 ];
 
 /// The engine's live gauges and the backend's cumulative device ledger in `stats`.
-pub const LIVE_FIELDS: [(&str, Show); 26] = [
+pub const LIVE_FIELDS: [(&str, Show); 31] = [
     ("engine.live.kv_pages_used", Show::Text),
     ("engine.live.kv_pages_free", Show::Text),
     ("engine.live.kv_pages_peak", Show::Text),
@@ -290,6 +296,11 @@ pub const LIVE_FIELDS: [(&str, Show); 26] = [
     ("engine.live.parked", Show::Text),
     ("engine.live.preempted", Show::Text),
     ("engine.live.preemptions", Show::Text),
+    ("engine.live.swapped", Show::Text),
+    ("engine.live.swap_outs", Show::Text),
+    ("engine.live.swap_ins", Show::Text),
+    ("engine.live.swap_pages_used", Show::Text),
+    ("engine.live.swap_pages_free", Show::Text),
     ("engine.live.device.steps", Show::Text),
     ("engine.live.device.graph_steps", Show::Text),
     ("engine.live.device.launches", Show::Text),

@@ -81,6 +81,9 @@ pub struct CpuBackend {
     rope: RopeTable,
     /// `[pages, layers, 2 (k, v), page_tokens, kv_dim]`
     kv: Vec<f32>,
+    /// Host swap area, `[swap_pages, page]` in the layout of `kv` (plain memory: the pool is
+    /// host memory too, so a swap is a memcpy).
+    swap: Vec<f32>,
     sampler: Sampler,
     scratch: Scratch,
     /// What each slot sampled last (fed to `from_last_sample` entries).
@@ -225,12 +228,14 @@ impl CpuBackend {
                 need: page_bytes,
             });
         }
+        let swap_pages = options.swap.pages(page_bytes)?;
         let limits = BackendLimits {
             max_seqs: options.max_seqs,
             max_step_tokens: options.max_step_tokens,
             page_tokens: options.page_tokens,
             num_pages,
             max_context: options.max_context,
+            swap_pages,
         };
         let threads = if options.threads == 0 {
             std::thread::available_parallelism().map_or(1, usize::from)
@@ -269,6 +274,8 @@ impl CpuBackend {
             isa: Isa::from_env(),
             rope: RopeTable::new(c, options.max_context),
             kv: vec![0.0; num_pages * page_bytes / 4],
+            // Zeroed lazily by the OS (calloc): untouched swap pages cost no memory.
+            swap: vec![0.0; swap_pages * page_bytes / 4],
             sampler: Sampler::with_threads(vocab, s, threads),
             scratch,
             last_sample: vec![0; s],
@@ -672,6 +679,29 @@ impl Backend for CpuBackend {
             src as usize * page..(src as usize + 1) * page,
             dst as usize * page,
         );
+        Ok(())
+    }
+
+    /// A plain copy: `launch` runs each step to its end before returning, so every step
+    /// launched before this call is done with the pages and none launched after has started.
+    fn swap_out(&mut self, pages: &[u32], host: &[u32]) -> Result<(), BackendError> {
+        super::validate_swap(&self.limits, pages, host)?;
+        let page = self.kv.len() / self.limits.num_pages;
+        for (&p, &h) in pages.iter().zip(host) {
+            let (p, h) = (p as usize * page, h as usize * page);
+            self.swap[h..h + page].copy_from_slice(&self.kv[p..p + page]);
+        }
+        Ok(())
+    }
+
+    /// A plain copy, ordered like [`CpuBackend::swap_out`].
+    fn swap_in(&mut self, host: &[u32], pages: &[u32]) -> Result<(), BackendError> {
+        super::validate_swap(&self.limits, pages, host)?;
+        let page = self.kv.len() / self.limits.num_pages;
+        for (&h, &p) in host.iter().zip(pages) {
+            let (p, h) = (p as usize * page, h as usize * page);
+            self.kv[p..p + page].copy_from_slice(&self.swap[h..h + page]);
+        }
         Ok(())
     }
 

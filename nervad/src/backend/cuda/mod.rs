@@ -19,6 +19,7 @@ pub mod blas;
 pub mod driver;
 pub mod kernels;
 pub mod step_ledger;
+pub mod swap;
 
 use std::collections::VecDeque;
 
@@ -51,6 +52,9 @@ const PREP_CHUNKS: usize = 64;
 /// Fewest prefill tokens in a step that go through cuBLAS: below, the GEMV tiles are as fast
 /// (kernels bench: cuBLAS wins from 8 tokens on, by 1.6-10x at 8).
 const GEMM_MIN_TOKENS: usize = 8;
+/// `Projections::Mixed`: the GEMV up to this many tokens (where it beats the tensor cores:
+/// BENCHMARKS.md, 2026-11-23 third session).
+const GEMV_MAX_TOKENS: usize = 8;
 /// Steps that may be launched and not yet collected.
 const RING: usize = 4;
 /// Marks a decode token read from the device token ring (kernels/common.cuh).
@@ -106,8 +110,12 @@ pub enum Projections {
     /// weights are read once per step up to 128 tokens.
     #[default]
     Tensor,
-    /// CUDA-core GEMV (gemv.cu) with f32 inputs; reads the weights once per 8 tokens.
+    /// CUDA-core GEMV (gemv.cu) with f32 inputs; reads the weights once per 8 tokens. Also
+    /// batch-invariant; the fastest at one token per step.
     Gemv,
+    /// The GEMV up to 8 tokens, the tensor cores above: the fastest at every batch size, but
+    /// NOT batch-invariant (a sequence's numbers change when its step crosses 8 tokens).
+    Mixed,
 }
 
 impl std::str::FromStr for Projections {
@@ -116,8 +124,9 @@ impl std::str::FromStr for Projections {
         match s {
             "tensor" => Ok(Projections::Tensor),
             "gemv" => Ok(Projections::Gemv),
+            "mixed" => Ok(Projections::Mixed),
             other => Err(format!(
-                "unknown projection kernels {other:?} (tensor or gemv)"
+                "unknown projection kernels {other:?} (tensor, gemv or mixed)"
             )),
         }
     }
@@ -472,6 +481,8 @@ pub struct CudaBackend {
     blas: Option<Blas>,
     /// The kernels of the decode projections.
     projections: Projections,
+    /// Page-locked host memory for swapped-out KV pages (`swap`).
+    swap: swap::SwapArea,
     /// Where the next step's share of the driver counters starts (`step_ledger`).
     mark: CounterMark,
     /// Device event times on the host clock (when a step finished).
@@ -1072,6 +1083,7 @@ impl CudaBackend {
             });
         }
         let logits_stage = gpu.pinned(s * vocab * 4)?;
+        let swap = swap::SwapArea::new(&mut gpu, options.swap.pages(page_bytes)?, page_bytes)?;
         gpu.synchronize()?;
         let clock = DeviceClock::new(&mut gpu)?;
 
@@ -1081,6 +1093,7 @@ impl CudaBackend {
             page_tokens: options.page_tokens,
             num_pages,
             max_context: options.max_context,
+            swap_pages: swap.pages(),
         };
         let mut backend = CudaBackend {
             config: c.clone(),
@@ -1114,6 +1127,7 @@ impl CudaBackend {
             stats: CudaStats::default(),
             blas,
             projections: cuda.projections,
+            swap,
             mark: CounterMark::new(DriverCounters::default()),
             clock,
             sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
@@ -1251,28 +1265,30 @@ impl CudaBackend {
         y_stride: i32,
     ) -> Result<(), BackendError> {
         let ks = self.k;
-        match self.projections {
-            Projections::Tensor => {
-                // down_proj reads the GLU's output: a plain input here.
-                let (family, prep) = match input {
-                    Input::Rms => (ks.mma[0], ks.to_half[0]),
-                    Input::PlainAdd | Input::GluAdd => (ks.mma[1], ks.to_half[1]),
-                    Input::RmsGlu => (ks.mma[2], ks.to_half[0]),
-                };
-                self.mma(
-                    &family, prep, w, bias, x, x_stride, rows, norm, k, r, t, y, y_stride,
-                )
-            }
-            Projections::Gemv => {
-                let families: &[GemvFamily] = match input {
-                    Input::Rms => &ks.gemv_rms,
-                    Input::PlainAdd | Input::GluAdd => &ks.gemv_plain_add,
-                    Input::RmsGlu => &ks.gemv_glu,
-                };
-                self.gemv(
-                    families, w, bias, x, x_stride, rows, norm, k, r, t, y, y_stride,
-                )
-            }
+        let tensor = match self.projections {
+            Projections::Tensor => true,
+            Projections::Gemv => false,
+            Projections::Mixed => t > GEMV_MAX_TOKENS,
+        };
+        if tensor {
+            // down_proj reads the GLU's output: a plain input here.
+            let (family, prep) = match input {
+                Input::Rms => (ks.mma[0], ks.to_half[0]),
+                Input::PlainAdd | Input::GluAdd => (ks.mma[1], ks.to_half[1]),
+                Input::RmsGlu => (ks.mma[2], ks.to_half[0]),
+            };
+            self.mma(
+                &family, prep, w, bias, x, x_stride, rows, norm, k, r, t, y, y_stride,
+            )
+        } else {
+            let families: &[GemvFamily] = match input {
+                Input::Rms => &ks.gemv_rms,
+                Input::PlainAdd | Input::GluAdd => &ks.gemv_plain_add,
+                Input::RmsGlu => &ks.gemv_glu,
+            };
+            self.gemv(
+                families, w, bias, x, x_stride, rows, norm, k, r, t, y, y_stride,
+            )
         }
     }
 
@@ -2085,6 +2101,20 @@ impl Backend for CudaBackend {
         let kv = self.bufs.kv;
         self.gpu
             .copy(kv.at(dst as usize * pb), kv.at(src as usize * pb), pb)
+    }
+
+    /// Stream-ordered after the steps launched so far (`swap` module docs).
+    fn swap_out(&mut self, pages: &[u32], host: &[u32]) -> Result<(), BackendError> {
+        super::validate_swap(&self.limits, pages, host)?;
+        self.gpu.bind()?;
+        self.swap.swap_out(&mut self.gpu, self.bufs.kv, pages, host)
+    }
+
+    /// Stream-ordered before the steps launched from now on (`swap` module docs).
+    fn swap_in(&mut self, host: &[u32], pages: &[u32]) -> Result<(), BackendError> {
+        super::validate_swap(&self.limits, pages, host)?;
+        self.gpu.bind()?;
+        self.swap.swap_in(&mut self.gpu, self.bufs.kv, host, pages)
     }
 
     fn launch(&mut self, batch: &[SeqStep<'_>], out: &mut StepOutput) -> Result<(), BackendError> {

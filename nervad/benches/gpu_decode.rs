@@ -51,9 +51,10 @@ struct Args {
     /// Prompt lengths for the prefill table (time to the first token, one request alone).
     #[arg(long, default_value = "128,1024")]
     prefill: String,
-    /// Prefill projections on the GEMV kernels instead of cuBLAS.
+    /// Prefill projections through cuBLAS instead of the decode kernels (implied by
+    /// --projections gemv|mixed).
     #[arg(long)]
-    exact_prefill: bool,
+    fast_prefill: bool,
     /// Decode-projection kernels: tensor, gemv or mixed.
     #[arg(long, default_value = "tensor")]
     projections: nervad::backend::cuda::Projections,
@@ -157,7 +158,7 @@ fn main() {
         CudaOptions {
             device: args.device,
             memory: args.gpu_memory,
-            exact_prefill: args.exact_prefill,
+            fast_prefill: args.fast_prefill,
             projections: args.projections,
         },
     )
@@ -280,10 +281,10 @@ fn main() {
     println!();
     println!(
         "prefill ({}): time to the first token of one request alone, median of 3",
-        if args.exact_prefill {
-            "GEMV kernels"
-        } else {
+        if args.fast_prefill || args.projections != nervad::backend::cuda::Projections::Tensor {
             "cuBLAS projections"
+        } else {
+            "tensor-core decode kernels"
         }
     );
     println!("| prompt tokens | ms p50 | prompt tok/s | steps |");
@@ -340,7 +341,7 @@ fn main() {
         if args.json {
             println!(
                 "{}",
-                serde_json::json!({"prefill_tokens": p, "ttft_ms_p50": ms, "exact_prefill": args.exact_prefill})
+                serde_json::json!({"prefill_tokens": p, "ttft_ms_p50": ms, "fast_prefill": args.fast_prefill})
             );
         }
     }

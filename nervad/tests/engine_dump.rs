@@ -36,7 +36,7 @@ fn dump_writes_files_and_greedy_matches_teacher_forcing() {
         backend: nervad::backend::BackendChoice::Cpu,
         device: 0,
         gpu_memory: nervad::backend::cuda::GpuMemory::Fraction(0.5),
-        exact_prefill: false,
+        fast_prefill: false,
         projections: Default::default(),
     })
     .unwrap();

@@ -46,9 +46,9 @@ pub struct DumpArgs {
     /// Device memory for the CUDA backend: bytes or a fraction of free memory.
     #[arg(long, default_value = "0.5")]
     pub gpu_memory: crate::backend::cuda::GpuMemory,
-    /// CUDA: prompt projections on the GEMV kernels instead of cuBLAS (see `nervad --help`).
+    /// CUDA: prompt projections through cuBLAS (see `nervad --help`).
     #[arg(long)]
-    pub exact_prefill: bool,
+    pub fast_prefill: bool,
     /// CUDA: decode-projection kernels, `tensor` or `gemv` (see `nervad --help`).
     #[arg(long, default_value = "tensor")]
     pub projections: crate::backend::cuda::Projections,
@@ -218,7 +218,7 @@ pub fn run_dump(args: DumpArgs) -> Result<(), DumpError> {
         crate::backend::cuda::CudaOptions {
             device: args.device,
             memory: args.gpu_memory,
-            exact_prefill: args.exact_prefill,
+            fast_prefill: args.fast_prefill,
             projections: args.projections,
         },
     )?;

@@ -85,16 +85,16 @@ struct ServeArgs {
     /// the rest (--kv-bytes applies to the CPU backend only).
     #[arg(long, default_value = "0.9")]
     gpu_memory: crate::backend::cuda::GpuMemory,
-    /// Run prompt (prefill) projections on the decode kernels instead of cuBLAS: prompts are
-    /// slower, but their numbers are bit-identical to decoding the same tokens one by one and
-    /// independent of how prompts are chunked and batched (cuBLAS sums in an order that
-    /// depends on the number of rows). Decode is the same either way.
+    /// Run prompt (prefill) projections through cuBLAS instead of the tensor-core decode
+    /// kernels: prompts about twice as fast, but their numbers then depend on how they were
+    /// chunked and batched (cuBLAS sums in an order that depends on the number of rows), so a
+    /// sequence's tokens are no longer batch-invariant. Implied by --projections gemv|mixed.
     #[arg(long)]
-    exact_prefill: bool,
+    fast_prefill: bool,
     /// Kernels of the decode projections: `tensor` (tensor cores, batch-invariant: a
     /// sequence's tokens are the same alone or in any batch; weights read once per step up to
     /// 128 sequences), `gemv` (CUDA cores, f32 inputs, also batch-invariant: ~10% faster at one
-    /// sequence, reads the weights once per 8 sequences) or `mixed` (gemv up to 8 sequences,
+    /// sequence, reads the weights once per 8 sequences) or `mixed` (gemv up to 2 sequences,
     /// tensor above: the fastest everywhere, NOT batch-invariant).
     #[arg(long, default_value = "tensor")]
     projections: crate::backend::cuda::Projections,
@@ -411,7 +411,7 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
                 crate::backend::cuda::CudaOptions {
                     device: args.device,
                     memory: args.gpu_memory,
-                    exact_prefill: args.exact_prefill,
+                    fast_prefill: args.fast_prefill,
                     projections: args.projections,
                 },
             )

@@ -52,9 +52,10 @@ const PREP_CHUNKS: usize = 64;
 /// Fewest prefill tokens in a step that go through cuBLAS: below, the GEMV tiles are as fast
 /// (kernels bench: cuBLAS wins from 8 tokens on, by 1.6-10x at 8).
 const GEMM_MIN_TOKENS: usize = 8;
-/// `Projections::Mixed`: the GEMV up to this many tokens (where it beats the tensor cores:
-/// BENCHMARKS.md, 2026-11-23 third session).
-const GEMV_MAX_TOKENS: usize = 8;
+/// `Projections::Mixed`: the GEMV up to this many tokens (`gpu_kernels`, H100, qwen3-8b
+/// shapes: at 1 token the GEMV is faster on every projection, mma at 0.86–0.95× its speed; at
+/// 2 on all but q|k|v; at 8 mma is 1.24–2.6× faster; BENCHMARKS.md, 2026-11-23 third session).
+const GEMV_MAX_TOKENS: usize = 2;
 /// Steps that may be launched and not yet collected.
 const RING: usize = 4;
 /// Marks a decode token read from the device token ring (kernels/common.cuh).
@@ -93,12 +94,15 @@ pub struct CudaOptions {
     pub device: usize,
     /// Device memory budget.
     pub memory: GpuMemory,
-    /// Prefill projections through the decode kernels instead of cuBLAS: slower, but a
-    /// prompt's numbers are then bit-identical to decoding the same tokens one by one (cuBLAS
-    /// sums in an order of its own that depends on the number of rows).
-    pub exact_prefill: bool,
-    /// Which kernels run the projections of decode tokens (and of prefill with
-    /// `exact_prefill`).
+    /// Prefill projections through cuBLAS instead of the tensor-core decode kernels: prompts
+    /// about twice as fast, but cuBLAS sums in an order of its own that depends on the number
+    /// of rows, so a prompt's numbers then depend on how it was chunked and batched. Without
+    /// it a prompt's numbers are bit-identical to decoding the same tokens one by one.
+    /// Implied by `Projections::Gemv` and `Projections::Mixed` (speed modes: the GEMV is no
+    /// prefill kernel).
+    pub fast_prefill: bool,
+    /// Which kernels run the projections of decode tokens (and of prefill, unless
+    /// `fast_prefill`).
     pub projections: Projections,
 }
 
@@ -113,8 +117,8 @@ pub enum Projections {
     /// CUDA-core GEMV (gemv.cu) with f32 inputs; reads the weights once per 8 tokens. Also
     /// batch-invariant; the fastest at one token per step.
     Gemv,
-    /// The GEMV up to 8 tokens, the tensor cores above: the fastest at every batch size, but
-    /// NOT batch-invariant (a sequence's numbers change when its step crosses 8 tokens).
+    /// The GEMV up to 2 tokens, the tensor cores above: the fastest at every batch size, but
+    /// NOT batch-invariant (a sequence's numbers change when its step crosses 2 tokens).
     Mixed,
 }
 
@@ -137,7 +141,7 @@ impl Default for CudaOptions {
         CudaOptions {
             device: 0,
             memory: GpuMemory::Fraction(0.9),
-            exact_prefill: false,
+            fast_prefill: false,
             projections: Projections::Tensor,
         }
     }
@@ -477,7 +481,8 @@ pub struct CudaBackend {
     kv_page_bytes: usize,
     arena_bytes: usize,
     stats: CudaStats,
-    /// Prefill projections on the tensor cores (None: `exact_prefill`, or no libcublas).
+    /// Prefill projections through cuBLAS (None: the decode kernels take them, or no
+    /// libcublas).
     blas: Option<Blas>,
     /// The kernels of the decode projections.
     projections: Projections,
@@ -1060,7 +1065,7 @@ impl CudaBackend {
                 }
             }),
         };
-        let blas = if cuda.exact_prefill {
+        let blas = if !cuda.fast_prefill && cuda.projections == Projections::Tensor {
             None
         } else if !Blas::present() {
             tracing::warn!(

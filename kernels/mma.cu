@@ -34,7 +34,8 @@
 #ifndef MMA_N1_DEPTH
 #define MMA_N1_DEPTH 2
 #endif
-#define MMA_MIN_BLOCKS(NT, MT) ((NT) * (MT) == 1 ? 3 : 1)
+// More tokens: two blocks per SM (registers ≤ 128) so one block's loads overlap the other's mma.
+#define MMA_MIN_BLOCKS(NT, MT) ((NT) * (MT) == 1 ? 3 : 2)
 
 enum { MIN_RMS = 0, MIN_PLAIN = 1, MIN_HALF = 2 };
 enum { MEPI_STORE = 0, MEPI_ADD = 1, MEPI_GLU = 2 };
@@ -305,15 +306,15 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     }
 
 // Per dtype and epilogue: the in-kernel norm/rounding for one n-tile (1-8 tokens, 16-row tiles:
-// all SMs busy at batch 1); inputs prepared by to_half for 2 and 4 n-tiles, 8 n-tiles with two
-// 16-row tiles per warp (33-64 tokens: half the blocks re-read x̂), and 16 n-tiles (up to 128
-// tokens per pass over the weights).
+// all SMs busy at batch 1); inputs prepared by to_half for 2 and 4 n-tiles, and 8 n-tiles with
+// two 16-row tiles per warp (past 32 tokens, in passes of 64: half the blocks re-read x̂). A
+// 16-n-tile variant (128 tokens per pass) measured slower than two passes of this one
+// (BENCHMARKS.md, 2026-11-23 third session).
 #define MMA_FAMILY(MODE, IN1, EPI, DT, W)                                   \
     MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI)                    \
     MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI)               \
     MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI)               \
-    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI)             \
-    MMA_ENTRY(mma_##MODE##_##DT##_n16, W, 16, 1, MIN_HALF, EPI)
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

@@ -248,15 +248,14 @@ impl Bench {
     }
 
     /// Median ms of the tensor-core projection of `t` tokens (`kernels`: the mode's n1, n2, n4,
-    /// n8m2, n16 variants; `prep`: its to_half kernel, launched first past 8 tokens as the
-    /// backend does).
+    /// n8m2 variants; `prep`: its to_half kernel, launched first past 8 tokens as the backend
+    /// does).
     fn mma(&mut self, kernels: &[Kernel], prep: Kernel, shape: &Shape, t: usize) -> Res<f64> {
         let (kernel, rows) = match t {
             0..=8 => (kernels[0], 16),
             9..=16 => (kernels[1], 16),
             17..=32 => (kernels[2], 16),
-            33..=64 => (kernels[3], 32),
-            _ => (kernels[4], 16),
+            _ => (kernels[3], 32),
         };
         let (x, xa, norm, y, wbase) = (
             self.x.ptr,
@@ -403,7 +402,7 @@ fn run(cli: &Cli) -> Res<()> {
     // Tensor-core projections: per mode its five variants and its input preparation.
     let mut mma_families = Vec::new();
     for (mode, m) in modes {
-        let names: Vec<String> = ["n1", "n2", "n4", "n8m2", "n16"]
+        let names: Vec<String> = ["n1", "n2", "n4", "n8m2"]
             .iter()
             .map(|v| format!("mma_{mode}_bf16_{v}"))
             .collect();

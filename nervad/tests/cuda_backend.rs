@@ -513,7 +513,7 @@ fn step_reports_add_up_to_the_cumulative_stats() {
 /// The default (tensor-core) projections are batch-invariant: one sequence's decode logits
 /// are bit-identical alone and in batches of every size that picks another kernel variant
 /// (1–8 tokens prepared in the kernel; 9–16, 17–32, 33–64 and 65+ prepared by to_half, with
-/// 16- or 32-row blocks and one or more passes), wherever it sits in the batch. With
+/// 16- or 32-row blocks and one or two passes), wherever it sits in the batch. With
 /// the default prefill (the same kernels), its prompt's prefill (one 40-token step) also
 /// matches decoding it.
 #[test]

@@ -93,7 +93,7 @@ struct ServeArgs {
     fast_prefill: bool,
     /// Kernels of the decode projections: `tensor` (tensor cores, batch-invariant: a
     /// sequence's tokens are the same alone or in any batch; weights read once per step up to
-    /// 128 sequences), `gemv` (CUDA cores, f32 inputs, also batch-invariant: ~10% faster at one
+    /// 64 sequences), `gemv` (CUDA cores, f32 inputs, also batch-invariant: ~10% faster at one
     /// sequence, reads the weights once per 8 sequences) or `mixed` (gemv up to 2 sequences,
     /// tensor above: the fastest everywhere, NOT batch-invariant).
     #[arg(long, default_value = "tensor")]

@@ -111,7 +111,7 @@ pub struct CudaOptions {
 pub enum Projections {
     /// Tensor cores (mma.cu) for every batch size: inputs rounded to 16 bits, one reduction
     /// order per output element whatever the batch, so results are batch-invariant, and the
-    /// weights are read once per step up to 128 tokens.
+    /// weights are read once per step up to 64 tokens.
     #[default]
     Tensor,
     /// CUDA-core GEMV (gemv.cu) with f32 inputs; reads the weights once per 8 tokens. Also
@@ -380,28 +380,26 @@ impl GemvFamily {
 }
 
 /// A tensor-core projection kernel per token-tile width: one n-tile (1–8 tokens, input
-/// prepared in the kernel), then 2, 4 n-tiles and 8 n-tiles × 2 row tiles, 16 n-tiles (inputs
-/// prepared by to_half). Every variant gives the same bits for a token.
+/// prepared in the kernel), then 2, 4 n-tiles and 8 n-tiles × 2 row tiles (inputs prepared by
+/// to_half). Every variant gives the same bits for a token.
 #[derive(Debug, Clone, Copy)]
 struct MmaFamily {
     n1: Kernel,
     n2: Kernel,
     n4: Kernel,
     n8m2: Kernel,
-    n16: Kernel,
 }
 
 impl MmaFamily {
-    /// Kernel, rows per block and tokens per pass for a launch of `t` tokens. One pass reads
-    /// the weights once: up to 128 tokens do; 33–64 take 32-row blocks so that fewer blocks
-    /// re-read the prepared inputs.
+    /// Kernel and rows per block for a launch of `t` tokens. One pass reads the weights once:
+    /// up to 64 tokens do; past 32 the blocks take 32 rows so that fewer of them re-read the
+    /// prepared inputs, and past 64 they make one pass per 64 tokens.
     fn pick(&self, t: usize) -> (Kernel, u32) {
         match t {
             0..=8 => (self.n1, 16),
             9..=16 => (self.n2, 16),
             17..=32 => (self.n4, 16),
-            33..=64 => (self.n8m2, 32),
-            _ => (self.n16, 16),
+            _ => (self.n8m2, 32),
         }
     }
 }
@@ -1023,8 +1021,7 @@ impl CudaBackend {
                 "mma.cu" => ["rms", "plain_add", "glu"]
                     .iter()
                     .flat_map(|mode| {
-                        ["n1", "n2", "n4", "n8m2", "n16"]
-                            .map(move |v| format!("mma_{mode}_{dt}_{v}"))
+                        ["n1", "n2", "n4", "n8m2"].map(move |v| format!("mma_{mode}_{dt}_{v}"))
                     })
                     .collect(),
                 other => return Err(BackendError::Device(format!("unexpected module {other}"))),
@@ -1054,14 +1051,13 @@ impl CudaBackend {
                 module_kernels[6][2],
             ],
             add_bias: module_kernels[6][3],
-            mma: [0, 5, 10].map(|i| {
-                let m = &module_kernels[7][i..i + 5];
+            mma: [0, 4, 8].map(|i| {
+                let m = &module_kernels[7][i..i + 4];
                 MmaFamily {
                     n1: m[0],
                     n2: m[1],
                     n4: m[2],
                     n8m2: m[3],
-                    n16: m[4],
                 }
             }),
         };

@@ -14,7 +14,7 @@
 use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
-use nervad::backend::cuda::kernels;
+use nervad::backend::cuda::{MMA_VARIANTS, kernels, mma_variant};
 use nervad::model::DType;
 
 #[derive(Parser, Debug)]
@@ -251,12 +251,8 @@ impl Bench {
     /// n8m2 variants; `prep`: its to_half kernel, launched first past 8 tokens as the backend
     /// does).
     fn mma(&mut self, kernels: &[Kernel], prep: Kernel, shape: &Shape, t: usize) -> Res<f64> {
-        let (kernel, rows) = match t {
-            0..=8 => (kernels[0], 16),
-            9..=16 => (kernels[1], 16),
-            17..=32 => (kernels[2], 16),
-            _ => (kernels[3], 32),
-        };
+        let (variant, rows) = mma_variant(t);
+        let kernel = kernels[variant];
         let (x, xa, norm, y, wbase) = (
             self.x.ptr,
             self.xa.ptr,
@@ -402,7 +398,7 @@ fn run(cli: &Cli) -> Res<()> {
     // Tensor-core projections: per mode its five variants and its input preparation.
     let mut mma_families = Vec::new();
     for (mode, m) in modes {
-        let names: Vec<String> = ["n1", "n2", "n4", "n8m2"]
+        let names: Vec<String> = MMA_VARIANTS
             .iter()
             .map(|v| format!("mma_{mode}_bf16_{v}"))
             .collect();

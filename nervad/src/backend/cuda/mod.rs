@@ -390,17 +390,28 @@ struct MmaFamily {
     n8m2: Kernel,
 }
 
+/// The mma.cu variants of a projection, in `mma_variant`'s numbering (kernel
+/// `mma_{mode}_{dtype}_{variant}`).
+pub const MMA_VARIANTS: [&str; 4] = ["n1", "n2", "n4", "n8m2"];
+
+/// Which of `MMA_VARIANTS` runs a launch of `t` tokens, and its rows per block. One pass reads
+/// the weights once: up to 64 tokens do; past 32 the blocks take 32 rows so that fewer of them
+/// re-read the prepared inputs, and past 64 they make one pass per 64 tokens. Past 8 tokens the
+/// inputs come prepared by to_half.
+pub fn mma_variant(t: usize) -> (usize, u32) {
+    match t {
+        0..=8 => (0, 16),
+        9..=16 => (1, 16),
+        17..=32 => (2, 16),
+        _ => (3, 32),
+    }
+}
+
 impl MmaFamily {
-    /// Kernel and rows per block for a launch of `t` tokens. One pass reads the weights once:
-    /// up to 64 tokens do; past 32 the blocks take 32 rows so that fewer of them re-read the
-    /// prepared inputs, and past 64 they make one pass per 64 tokens.
+    /// Kernel and rows per block for a launch of `t` tokens (`mma_variant`).
     fn pick(&self, t: usize) -> (Kernel, u32) {
-        match t {
-            0..=8 => (self.n1, 16),
-            9..=16 => (self.n2, 16),
-            17..=32 => (self.n4, 16),
-            _ => (self.n8m2, 32),
-        }
+        let (v, rows) = mma_variant(t);
+        ([self.n1, self.n2, self.n4, self.n8m2][v], rows)
     }
 }
 
@@ -426,8 +437,9 @@ enum Input {
     GluAdd,
 }
 
-/// One layer projection: y[t] (= or +=) input(x[t]) · Wᵀ (+ bias). `gemm_x` / `gemm_y` are
-/// where the cuBLAS rows read and write (the same as x / y except for the MLP's GLU).
+/// One projection: y[t] (= or +=) input(x[rows[t]]) · Wᵀ (+ bias). `rows` gathers x rows (0:
+/// row t); `gemm_x` / `gemm_y` are where the cuBLAS rows of a layer projection read and write
+/// (the same as x / y except for the MLP's GLU).
 #[derive(Debug, Clone, Copy)]
 struct Proj {
     input: Input,
@@ -435,6 +447,7 @@ struct Proj {
     bias: DevBuf,
     x: u64,
     x_stride: i32,
+    rows: u64,
     norm: DevBuf,
     k: usize,
     r: usize,
@@ -444,6 +457,63 @@ struct Proj {
     gemm_x_stride: i32,
     gemm_y: u64,
     gemm_y_stride: i32,
+}
+
+/// A projection kernel's parameters in their C types: gemv.cu and mma.cu take the same list,
+/// mma with the prepared inputs `xh` after `x_stride`.
+struct ProjParams {
+    w: u64,
+    bias: u64,
+    x: u64,
+    x_stride: i32,
+    rows: u64,
+    norm: u64,
+    eps: f32,
+    k: i32,
+    r: i32,
+    t: i32,
+    y: u64,
+    y_stride: i32,
+}
+
+impl ProjParams {
+    fn new(p: &Proj, t: usize, eps: f32) -> Self {
+        ProjParams {
+            w: p.w.ptr,
+            bias: p.bias.ptr,
+            x: p.x,
+            x_stride: p.x_stride,
+            rows: p.rows,
+            norm: p.norm.ptr,
+            eps,
+            k: p.k as i32,
+            r: p.r as i32,
+            t: t as i32,
+            y: p.y,
+            y_stride: p.y_stride,
+        }
+    }
+
+    /// The kernel's argument list, with `xh` for mma.cu.
+    fn args<'a>(&'a self, xh: Option<&'a u64>) -> Args<'a> {
+        let a = Args::new()
+            .arg(&self.w)
+            .arg(&self.bias)
+            .arg(&self.x)
+            .arg(&self.x_stride);
+        let a = match xh {
+            Some(xh) => a.arg(xh),
+            None => a,
+        };
+        a.arg(&self.rows)
+            .arg(&self.norm)
+            .arg(&self.eps)
+            .arg(&self.k)
+            .arg(&self.r)
+            .arg(&self.t)
+            .arg(&self.y)
+            .arg(&self.y_stride)
+    }
 }
 
 /// Everything a decode graph bucket needs.
@@ -1020,9 +1090,7 @@ impl CudaBackend {
                     .collect(),
                 "mma.cu" => ["rms", "plain_add", "glu"]
                     .iter()
-                    .flat_map(|mode| {
-                        ["n1", "n2", "n4", "n8m2"].map(move |v| format!("mma_{mode}_{dt}_{v}"))
-                    })
+                    .flat_map(|mode| MMA_VARIANTS.map(move |v| format!("mma_{mode}_{dt}_{v}")))
                     .collect(),
                 other => return Err(BackendError::Device(format!("unexpected module {other}"))),
             };
@@ -1247,24 +1315,8 @@ impl CudaBackend {
         }
     }
 
-    /// y (=|+=) in(x) W^T for `t` tokens (`rows`: gather of x rows, 0 = identity) through the
-    /// configured decode-projection kernels.
-    #[allow(clippy::too_many_arguments)]
-    fn token_proj(
-        &mut self,
-        input: Input,
-        w: DevBuf,
-        bias: DevBuf,
-        x: u64,
-        x_stride: i32,
-        rows: u64,
-        norm: DevBuf,
-        k: usize,
-        r: usize,
-        t: usize,
-        y: u64,
-        y_stride: i32,
-    ) -> Result<(), BackendError> {
+    /// Projection `p` of `t` tokens through the configured decode-projection kernels.
+    fn token_proj(&mut self, p: &Proj, t: usize) -> Result<(), BackendError> {
         let ks = self.k;
         let tensor = match self.projections {
             Projections::Tensor => true,
@@ -1273,76 +1325,79 @@ impl CudaBackend {
         };
         if tensor {
             // down_proj reads the GLU's output: a plain input here.
-            let (family, prep) = match input {
+            let (family, prep) = match p.input {
                 Input::Rms => (ks.mma[0], ks.to_half[0]),
                 Input::PlainAdd | Input::GluAdd => (ks.mma[1], ks.to_half[1]),
                 Input::RmsGlu => (ks.mma[2], ks.to_half[0]),
             };
-            self.mma(
-                &family, prep, w, bias, x, x_stride, rows, norm, k, r, t, y, y_stride,
-            )
+            self.mma(&family, prep, p, t)
         } else {
-            let families: &[GemvFamily] = match input {
+            let families: &[GemvFamily] = match p.input {
                 Input::Rms => &ks.gemv_rms,
                 Input::PlainAdd | Input::GluAdd => &ks.gemv_plain_add,
                 Input::RmsGlu => &ks.gemv_glu,
             };
-            self.gemv(
-                families, w, bias, x, x_stride, rows, norm, k, r, t, y, y_stride,
-            )
+            self.gemv(families, p, t)
         }
+    }
+
+    /// Rows t0..t0+m of x (or the rows `rows` gathers from there) prepared for a 16-bit
+    /// projection by a to_half kernel (normalized, activated or as they are, then rounded) into
+    /// `xa`, which it returns.
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_half(
+        &mut self,
+        kernel: Kernel,
+        x: u64,
+        x_stride: i32,
+        t0: usize,
+        rows: u64,
+        norm: DevBuf,
+        k: usize,
+        m: usize,
+    ) -> Result<u64, BackendError> {
+        let (t0, k, xa) = (t0 as i32, k as i32, self.bufs.xa.ptr);
+        let eps = self.config.rms_norm_eps as f32;
+        // SAFETY: to_half_*(const float* x, int x_stride, int t0, const int* rows,
+        // const float* norm, float eps, int K, W* out): rows t0..t0+m of x (or of `rows`) exist
+        // (m ≤ max_step_tokens), out (xa) holds max_step_tokens × max(K) 16-bit values, norm is
+        // K floats or unused.
+        unsafe {
+            self.gpu.launch(
+                kernel,
+                (m as u32, 1, 1),
+                128,
+                Args::new()
+                    .arg(&x)
+                    .arg(&x_stride)
+                    .arg(&t0)
+                    .arg(&rows)
+                    .arg(&norm.ptr)
+                    .arg(&eps)
+                    .arg(&k)
+                    .arg(&xa),
+            )
+        }?;
+        Ok(xa)
     }
 
     /// The tensor-core projection (mma.cu) of `t` tokens. Past one n-tile the inputs are
     /// prepared once by to_half into `xa` (normalized, gathered, rounded) instead of by every
     /// block.
-    #[allow(clippy::too_many_arguments)]
     fn mma(
         &mut self,
         family: &MmaFamily,
         prep: Kernel,
-        w: DevBuf,
-        bias: DevBuf,
-        x: u64,
-        x_stride: i32,
-        rows: u64,
-        norm: DevBuf,
-        k: usize,
-        r: usize,
+        p: &Proj,
         t: usize,
-        y: u64,
-        y_stride: i32,
     ) -> Result<(), BackendError> {
         let (kernel, block_rows) = family.pick(t);
-        let eps = self.config.rms_norm_eps as f32;
         let xh = if t > 8 {
-            let (t0, k_i, xa) = (0i32, k as i32, self.bufs.xa.ptr);
-            // SAFETY: to_half_*(const float* x, int x_stride, int t0, const int* rows,
-            // const float* norm, float eps, int K, W* out): rows 0..t of x (or the t gathered
-            // rows) exist, xa holds max_step_tokens × max(K) 16-bit values, norm is K floats or
-            // unused.
-            unsafe {
-                self.gpu.launch(
-                    prep,
-                    (t as u32, 1, 1),
-                    128,
-                    Args::new()
-                        .arg(&x)
-                        .arg(&x_stride)
-                        .arg(&t0)
-                        .arg(&rows)
-                        .arg(&norm.ptr)
-                        .arg(&eps)
-                        .arg(&k_i)
-                        .arg(&xa),
-                )
-            }?;
-            xa
+            self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t)?
         } else {
             0u64
         };
-        let grid = (r as u32).div_ceil(block_rows);
-        let (k, r, t) = (k as i32, r as i32, t as i32);
+        let a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
         // float* y, int y_stride): w holds R×K weights, x and y hold T rows of their strides,
@@ -1350,44 +1405,16 @@ impl CudaBackend {
         unsafe {
             self.gpu.launch(
                 kernel,
-                (grid, 1, 1),
+                ((p.r as u32).div_ceil(block_rows), 1, 1),
                 256,
-                Args::new()
-                    .arg(&w.ptr)
-                    .arg(&bias.ptr)
-                    .arg(&x)
-                    .arg(&x_stride)
-                    .arg(&xh)
-                    .arg(&rows)
-                    .arg(&norm.ptr)
-                    .arg(&eps)
-                    .arg(&k)
-                    .arg(&r)
-                    .arg(&t)
-                    .arg(&y)
-                    .arg(&y_stride),
+                a.args(Some(&xh)),
             )
         }
     }
 
-    /// y (=|+=) in(x) W^T for `t` tokens (`rows`: gather of x rows, 0 = identity).
-    #[allow(clippy::too_many_arguments)]
-    fn gemv(
-        &mut self,
-        families: &[GemvFamily],
-        w: DevBuf,
-        bias: DevBuf,
-        x: u64,
-        x_stride: i32,
-        rows: u64,
-        norm: DevBuf,
-        k: usize,
-        r: usize,
-        t: usize,
-        y: u64,
-        y_stride: i32,
-    ) -> Result<(), BackendError> {
-        let few_rows = r.div_ceil(4) <= FEW_ROWS_PER_SM * self.sms as usize;
+    /// The CUDA-core projection (gemv.cu) of `t` tokens.
+    fn gemv(&mut self, families: &[GemvFamily], p: &Proj, t: usize) -> Result<(), BackendError> {
+        let few_rows = p.r.div_ceil(4) <= FEW_ROWS_PER_SM * self.sms as usize;
         let family = families
             .iter()
             .find(|f| f.rows == 2 && few_rows)
@@ -1398,9 +1425,7 @@ impl CudaBackend {
             3 | 4 => 2,
             _ => 3,
         }];
-        let grid = (r as u32).div_ceil(family.rows);
-        let eps = self.config.rms_norm_eps as f32;
-        let (k, r, t) = (k as i32, r as i32, t as i32);
+        let a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
         // SAFETY: gemv_*(const W* w, const float* bias, const float* x, int x_stride,
         // const int* x_rows, const float* norm_w, float eps, int K, int R, int T, float* y,
         // int y_stride): w holds R×K weights, x and y hold T rows of their strides (buffers sized
@@ -1408,21 +1433,9 @@ impl CudaBackend {
         unsafe {
             self.gpu.launch(
                 kernel,
-                (grid, 1, 1),
+                ((p.r as u32).div_ceil(family.rows), 1, 1),
                 128,
-                Args::new()
-                    .arg(&w.ptr)
-                    .arg(&bias.ptr)
-                    .arg(&x)
-                    .arg(&x_stride)
-                    .arg(&rows)
-                    .arg(&norm.ptr)
-                    .arg(&eps)
-                    .arg(&k)
-                    .arg(&r)
-                    .arg(&t)
-                    .arg(&y)
-                    .arg(&y_stride),
+                a.args(None),
             )
         }
     }
@@ -1443,38 +1456,14 @@ impl CudaBackend {
             Input::GluAdd => self.k.to_half[2],
         };
         if split > 0 {
-            self.token_proj(
-                p.input, p.w, p.bias, p.x, p.x_stride, 0, p.norm, p.k, p.r, split, p.y, p.y_stride,
-            )?;
+            self.token_proj(&p, split)?;
         }
         if split == t {
             return Ok(());
         }
         let m = t - split;
-        let eps = self.config.rms_norm_eps as f32;
-        let (t0, k_i, r_i) = (split as i32, p.k as i32, p.r as i32);
-        let xa = self.bufs.xa.ptr;
-        let no_gather = 0u64;
-        // SAFETY: to_half_*(const float* x, int x_stride, int t0, const int* rows,
-        // const float* norm, float eps, int K, W* out): rows t0..t0+m of x exist
-        // (m ≤ max_step_tokens), out (xa) holds max_step_tokens × max(K) 16-bit values, norm is
-        // K floats or unused.
-        unsafe {
-            self.gpu.launch(
-                half,
-                (m as u32, 1, 1),
-                128,
-                Args::new()
-                    .arg(&p.gemm_x)
-                    .arg(&p.gemm_x_stride)
-                    .arg(&t0)
-                    .arg(&no_gather)
-                    .arg(&p.norm.ptr)
-                    .arg(&eps)
-                    .arg(&k_i)
-                    .arg(&xa),
-            )
-        }?;
+        let (t0, r_i) = (split as i32, p.r as i32);
+        let xa = self.prepare_half(half, p.gemm_x, p.gemm_x_stride, split, 0, p.norm, p.k, m)?;
         let y_stride = p.gemm_y_stride as usize;
         let y = p.gemm_y + (split * y_stride * 4) as u64;
         let accumulate = matches!(p.input, Input::PlainAdd | Input::GluAdd);
@@ -1544,6 +1533,7 @@ impl CudaBackend {
                     bias: l.qkv_bias,
                     x: b.x.ptr,
                     x_stride: hidden,
+                    rows: 0,
                     norm: l.in_norm,
                     k: h,
                     r: qd + 2 * kvd,
@@ -1565,6 +1555,7 @@ impl CudaBackend {
                     bias: l.o_bias,
                     x: b.attn.ptr,
                     x_stride: qd as i32,
+                    rows: 0,
                     norm: DevBuf::NULL,
                     k: qd,
                     r: h,
@@ -1585,6 +1576,7 @@ impl CudaBackend {
                     bias: l.gate_up_bias,
                     x: b.x.ptr,
                     x_stride: hidden,
+                    rows: 0,
                     norm: l.post_norm,
                     k: h,
                     r: 2 * inter,
@@ -1605,6 +1597,7 @@ impl CudaBackend {
                     bias: l.down_bias,
                     x: b.act.ptr,
                     x_stride: inter as i32,
+                    rows: 0,
                     norm: DevBuf::NULL,
                     k: inter,
                     r: h,
@@ -1767,18 +1760,24 @@ impl CudaBackend {
         let meta = self.meta_arg();
         let row_ptr = meta.lrow_token + (base * 4) as u64;
         self.token_proj(
-            Input::Rms,
-            b.lm_head,
-            DevBuf::NULL,
-            b.x.ptr,
-            h as i32,
-            row_ptr,
-            b.final_norm,
-            h,
-            vocab,
+            &Proj {
+                input: Input::Rms,
+                w: b.lm_head,
+                bias: DevBuf::NULL,
+                x: b.x.ptr,
+                x_stride: h as i32,
+                rows: row_ptr,
+                norm: b.final_norm,
+                k: h,
+                r: vocab,
+                y: b.logits.ptr,
+                y_stride: vocab as i32,
+                gemm_x: b.x.ptr,
+                gemm_x_stride: h as i32,
+                gemm_y: b.logits.ptr,
+                gemm_y_stride: vocab as i32,
+            },
             rows,
-            b.logits.ptr,
-            vocab as i32,
         )?;
         if copy_logits {
             let n = rows * vocab * 4;

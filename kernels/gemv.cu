@@ -17,6 +17,7 @@
 // a fixed shuffle tree, then warps 0..3) whatever the number of tokens or the tile width.
 #include "common.cuh"
 #include "activation.cuh"
+#include "norm.cuh"
 
 #define GEMV_THREADS 128
 #define GEMV_WARPS (GEMV_THREADS / 32)
@@ -92,36 +93,8 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
             rows[tid] = x_rows ? x_rows[t] : t;
         }
         __syncthreads();
-        if (IN == IN_RMS) {
-            double ss[TT];
-#pragma unroll
-            for (int t = 0; t < TT; ++t) ss[t] = 0.0;
-            for (int c = tid; c < chunks; c += GEMV_THREADS) {
-#pragma unroll
-                for (int t = 0; t < TT; ++t) {
-                    if (t0 + t >= T) continue;
-                    const float* row = x + (size_t)rows[t] * x_stride + c * 8;
-                    const float4 a = *reinterpret_cast<const float4*>(row);
-                    const float4 b = *reinterpret_cast<const float4*>(row + 4);
-                    ss[t] += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z +
-                             (double)a.w * a.w + (double)b.x * b.x + (double)b.y * b.y +
-                             (double)b.z * b.z + (double)b.w * b.w;
-                }
-            }
-#pragma unroll
-            for (int t = 0; t < TT; ++t) {
-                const double s = warp_sum_d(ss[t]);
-                if (lane == 0) ss_red[warp][t] = s;
-            }
-            __syncthreads();
-            if (tid < TT) {
-                double s = 0.0;
-                for (int wi = 0; wi < GEMV_WARPS; ++wi) s += ss_red[wi][tid];
-                const float var = (float)(s / K);
-                inv[tid] = 1.0f / sqrtf(var + eps);
-            }
-            __syncthreads();
-        }
+        if (IN == IN_RMS)
+            rows_rms_inv<TT>(x, x_stride, rows, T - t0, K, eps, &ss_red[0][0], inv);
 
         float acc[GEMV_ROWS][TT];
 #pragma unroll

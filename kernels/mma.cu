@@ -18,13 +18,14 @@
 // fragment layout places at logical k 2c, 2c+1 (a0 a1 / b0 b1) and 2c+8, 2c+9 (a4 a5 / b2 b3);
 // the tokens' x̂ is loaded with the same permutation, so the sum is over the right pairs.
 //
-// Prologue (IN): RMS – RMSNorm of f32 rows computed in the block (only for one n-tile, T ≤ 8; the
-// sum of squares in the order to_half uses, so a prepared x̂ has the same bits); PLAIN – f32
+// Prologue (IN): RMS – RMSNorm of f32 rows computed in the block (only for one n-tile, T ≤ 8;
+// rows_rms_inv, as to_half, so a prepared x̂ has the same bits); PLAIN – f32
 // rows rounded as they are; HALF – x̂ prepared by to_half (many tokens: read once as 16-bit).
 // Epilogues as the GEMV's: STORE, ADD (residual), GLU (gate|up rows interleaved in pairs; writes
 // silu(gate) * up).
 #include "common.cuh"
 #include "activation.cuh"
+#include "norm.cuh"
 
 #define MMA_THREADS 256
 #define MMA_WARPS 8
@@ -147,41 +148,8 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
             rows_s[tid] = x_rows ? x_rows[t] : t;
         }
         __syncthreads();
-        if (IN == MIN_RMS) {
-            // Per token, by the first 128 threads in to_half's order: each sums chunks tid,
-            // tid + 128, ... (8 squares each, in f64), a shuffle tree per warp, warps 0..3 in
-            // order.
-            if (tid < 128) {
-                double ss[TT];
-#pragma unroll
-                for (int t = 0; t < TT; ++t) ss[t] = 0.0;
-                for (int ch = tid; ch < K / 8; ch += 128) {
-#pragma unroll
-                    for (int t = 0; t < TT; ++t) {
-                        if (t0 + t >= T) continue;
-                        const float* r = x + (size_t)rows_s[t] * x_stride + ch * 8;
-                        const float4 a = *reinterpret_cast<const float4*>(r);
-                        const float4 b = *reinterpret_cast<const float4*>(r + 4);
-                        ss[t] += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z +
-                                 (double)a.w * a.w + (double)b.x * b.x + (double)b.y * b.y +
-                                 (double)b.z * b.z + (double)b.w * b.w;
-                    }
-                }
-#pragma unroll
-                for (int t = 0; t < TT; ++t) {
-                    const double sw = warp_sum_d(ss[t]);
-                    if (lane == 0) ss_red[warp][t] = sw;
-                }
-            }
-            __syncthreads();
-            if (tid < TT) {
-                double sum = 0.0;
-#pragma unroll
-                for (int wi = 0; wi < 4; ++wi) sum += ss_red[wi][tid];
-                inv_s[tid] = 1.0f / sqrtf((float)(sum / K) + eps);
-            }
-            __syncthreads();
-        }
+        if (IN == MIN_RMS)
+            rows_rms_inv<TT>(x, x_stride, rows_s, T - t0, K, eps, &ss_red[0][0], inv_s);
 
         float acc[MT][NT][4];
 #pragma unroll

@@ -9,3 +9,45 @@ __device__ __forceinline__ float warp_rms_inv(double lane_sum_sq, int n, float e
     const float var = (float)(s / n);
     return 1.0f / sqrtf(var + eps);
 }
+
+// 1 / sqrt(mean(x^2) + eps) of token rows x[rows[t]] (t < n ≤ TT) into inv[t], in the one order
+// every projection prologue uses (gemv.cu, mma.cu, and prefill.cu's to_half), so a row
+// normalized by any of them has the same bits: threads 0..127 each sum chunks tid, tid + 128, ...
+// (8 squares each, in f64), a shuffle tree per warp, then warps 0..3 in order. Every thread of
+// the block calls it (it holds barriers); ss_red is [4][TT] in shared memory.
+template <int TT>
+__device__ __forceinline__ void rows_rms_inv(const float* __restrict__ x, int x_stride,
+                                             const int* rows, int n, int K, float eps,
+                                             double* ss_red, float* inv) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (tid < 128) {
+        double ss[TT];
+#pragma unroll
+        for (int t = 0; t < TT; ++t) ss[t] = 0.0;
+        for (int c = tid; c < K / 8; c += 128) {
+#pragma unroll
+            for (int t = 0; t < TT; ++t) {
+                if (t >= n) continue;
+                const float* row = x + (size_t)rows[t] * x_stride + c * 8;
+                const float4 a = *reinterpret_cast<const float4*>(row);
+                const float4 b = *reinterpret_cast<const float4*>(row + 4);
+                ss[t] += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z +
+                         (double)a.w * a.w + (double)b.x * b.x + (double)b.y * b.y +
+                         (double)b.z * b.z + (double)b.w * b.w;
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < TT; ++t) {
+            const double s = warp_sum_d(ss[t]);
+            if (lane == 0) ss_red[warp * TT + t] = s;
+        }
+    }
+    __syncthreads();
+    if (tid < TT) {
+        double s = 0.0;
+#pragma unroll
+        for (int wi = 0; wi < 4; ++wi) s += ss_red[wi * TT + tid];
+        inv[tid] = 1.0f / sqrtf((float)(s / K) + eps);
+    }
+    __syncthreads();
+}

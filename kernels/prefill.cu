@@ -5,9 +5,10 @@
 // token row.
 #include "common.cuh"
 #include "activation.cuh"
+#include "norm.cuh"
 
-// 128 threads and the f64 sum of squares in the GEMV/mma prologue's order (per-thread chunks,
-// a shuffle tree per warp, warps in order): a prepared row has the bits those kernels compute.
+// 128 threads, and the norm through rows_rms_inv as in the GEMV/mma prologues: a prepared row has
+// the bits those kernels compute.
 #define HALF_THREADS 128
 
 enum { IN_RMS = 0, IN_PLAIN = 1, IN_GLU = 2 };
@@ -18,29 +19,14 @@ __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_
                                              const float* __restrict__ norm_w, float eps, int K,
                                              W* __restrict__ out) {
     __shared__ double scratch[HALF_THREADS / 32];
+    static_assert(HALF_THREADS == 128, "rows_rms_inv's order is that of 128 threads");
     __shared__ float inv_s;
     const int t = rows ? rows[t0 + blockIdx.x] : t0 + blockIdx.x;
     const float* row = x + (size_t)t * x_stride;
     const int chunks = K / 8;
     float inv = 1.f;
     if (IN == IN_RMS) {
-        double ss = 0.0;
-        for (int c = threadIdx.x; c < chunks; c += HALF_THREADS) {
-            const float4 a = *reinterpret_cast<const float4*>(row + c * 8);
-            const float4 b = *reinterpret_cast<const float4*>(row + c * 8 + 4);
-            ss += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z + (double)a.w * a.w +
-                  (double)b.x * b.x + (double)b.y * b.y + (double)b.z * b.z + (double)b.w * b.w;
-        }
-        const double ws = warp_sum_d(ss);
-        if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = ws;
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            double s = 0.0;
-#pragma unroll
-            for (int wi = 0; wi < HALF_THREADS / 32; ++wi) s += scratch[wi];
-            inv_s = 1.0f / sqrtf((float)(s / K) + eps);
-        }
-        __syncthreads();
+        rows_rms_inv<1>(x, x_stride, &t, 1, K, eps, scratch, &inv_s);
         inv = inv_s;
     }
     W* dst = out + (size_t)blockIdx.x * K;

@@ -5,6 +5,22 @@
 #include "common.cuh"
 #include "norm.cuh"
 
+// Elements i and i + half of a head, rotated by (c, s) and stored as f32 (q_dst) or as the KV
+// type (k_dst, whichever is not null).
+template <typename KV>
+__device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s, int i, int half,
+                                            float* __restrict__ q_dst, KV* __restrict__ k_dst) {
+    const float a = x1 * c - x2 * s;
+    const float b = x2 * c + x1 * s;
+    if (q_dst) {
+        q_dst[i] = a;
+        q_dst[i + half] = b;
+    } else {
+        narrow(a, k_dst + i);
+        narrow(b, k_dst + i + half);
+    }
+}
+
 // src: the head's D projected values (f32); nw: its norm weights or null; cs/sn: the position's
 // D/2 cos and sin. Writes the rotated head to q_dst (f32) or k_dst (the KV type), whichever is
 // not null.
@@ -52,15 +68,7 @@ __device__ __forceinline__ void rope_head(const float* __restrict__ src,
                 a1 = n1[j] * (a1 * inv);
                 a2 = n2[j] * (a2 * inv);
             }
-            const float a = a1 * c[j] - a2 * s[j];
-            const float b = a2 * c[j] + a1 * s[j];
-            if (q_dst) {
-                q_dst[i] = a;
-                q_dst[i + half] = b;
-            } else {
-                narrow(a, k_dst + i);
-                narrow(b, k_dst + i + half);
-            }
+            rotate_pair<KV>(a1, a2, c[j], s[j], i, half, q_dst, k_dst);
         }
         return;
     }
@@ -76,15 +84,7 @@ __device__ __forceinline__ void rope_head(const float* __restrict__ src,
             x1 = nw[i] * (x1 * inv);
             x2 = nw[i + half] * (x2 * inv);
         }
-        const float a = x1 * cs[i] - x2 * sn[i];
-        const float b = x2 * cs[i] + x1 * sn[i];
-        if (q_dst) {
-            q_dst[i] = a;
-            q_dst[i + half] = b;
-        } else {
-            narrow(a, k_dst + i);
-            narrow(b, k_dst + i + half);
-        }
+        rotate_pair<KV>(x1, x2, cs[i], sn[i], i, half, q_dst, k_dst);
     }
 }
 

@@ -1426,40 +1426,7 @@ impl InferenceEngine for Engine {
         self.admit(now, sink);
         self.plan_step(sink);
 
-        // Build the batch (borrows requests and sequences; the entries remember who is who).
-        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
-        for e in &self.entries {
-            let seq = &self.seqs[e.slot as usize];
-            batch.push(if e.prefill == 0 {
-                SeqStep {
-                    slot: e.slot,
-                    tokens: &seq.input,
-                    start_pos: seq.len as u32,
-                    block_table: &seq.table,
-                    sample: true,
-                    want_logits: false,
-                    from_last_sample: seq.input_sampled,
-                }
-            } else {
-                let end = seq.len + e.prefill;
-                SeqStep {
-                    slot: e.slot,
-                    tokens: &seq.tokens[seq.len..end],
-                    start_pos: seq.len as u32,
-                    block_table: &seq.table,
-                    sample: end == seq.prefill_to && seq.sample_after_prefill,
-                    want_logits: false,
-                    from_last_sample: false,
-                }
-            });
-        }
-        let result = if batch.is_empty() {
-            Ok(false)
-        } else {
-            self.backend.launch(&batch, &mut self.out).map(|()| true)
-        };
-        self.step_buf = recycle(batch);
-        match result {
+        match self.launch_entries(None) {
             Err(e) => {
                 let error = RequestError::Backend(e.to_string());
                 self.fail_entries(error, sink);

@@ -2,6 +2,7 @@
 //! taking its pages) and the step launched ahead while one is in flight.
 
 use super::*;
+use crate::backend::BackendError;
 
 impl Engine {
     /// Order the slots waiting to prefill (initially or recomputing): least-served client
@@ -135,6 +136,59 @@ impl Engine {
         });
     }
 
+    /// Build the step of `self.entries` (borrowing the sequences; the entries remember who is
+    /// who) and launch it; Ok(false) when there is nothing to launch. `ahead_of`: the index in
+    /// `launched` of the step in flight that this one follows without having seen its tokens
+    /// (`launch_speculative`); each slot then starts past the positions that step covers.
+    pub(super) fn launch_entries(&mut self, ahead_of: Option<usize>) -> Result<bool, BackendError> {
+        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
+        for e in &self.entries {
+            let seq = &self.seqs[e.slot as usize];
+            let (at, from_last_sample) = match ahead_of {
+                None => (seq.len, seq.input_sampled),
+                Some(head) => {
+                    // The slot's entry in the step in flight (every entry here has one).
+                    let was = self.launched[head]
+                        .iter()
+                        .find(|p| p.slot == e.slot)
+                        .map_or(1, |p| p.prefill);
+                    // The slot samples this token in the step in flight, except after a
+                    // recompute: then it is the host's last token.
+                    (seq.len + was.max(1), was == 0 || seq.sample_after_prefill)
+                }
+            };
+            batch.push(if e.prefill == 0 {
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.input,
+                    start_pos: at as u32,
+                    block_table: &seq.table,
+                    sample: true,
+                    want_logits: false,
+                    from_last_sample,
+                }
+            } else {
+                let end = at + e.prefill;
+                SeqStep {
+                    slot: e.slot,
+                    tokens: &seq.tokens[at..end],
+                    start_pos: at as u32,
+                    block_table: &seq.table,
+                    sample: end == seq.prefill_to && seq.sample_after_prefill,
+                    want_logits: false,
+                    from_last_sample: false,
+                }
+            });
+        }
+        let result = if batch.is_empty() {
+            Ok(false)
+        } else {
+            self.backend.launch(&batch, &mut self.out).map(|()| true)
+        };
+        self.step_buf = recycle(batch);
+        result
+    }
+
     /// With one step in flight, launch the next step of its sequences without waiting for its
     /// tokens, so the device never idles while the host learns them. Each decode entry
     /// decodes one position further, feeding the token its slot samples in the step in flight
@@ -244,43 +298,7 @@ impl Engine {
                 }
             }
         }
-        let mut batch: Vec<SeqStep<'_>> = recycle(std::mem::take(&mut self.step_buf));
-        for e in &self.entries {
-            let seq = &self.seqs[e.slot as usize];
-            let was = before(e.slot);
-            let at = seq.len + was.max(1);
-            batch.push(if e.prefill == 0 {
-                SeqStep {
-                    slot: e.slot,
-                    tokens: &seq.input,
-                    start_pos: at as u32,
-                    block_table: &seq.table,
-                    sample: true,
-                    want_logits: false,
-                    // The slot samples this token in the step in flight, except after a
-                    // recompute: then it is the host's last token.
-                    from_last_sample: was == 0 || seq.sample_after_prefill,
-                }
-            } else {
-                let end = at + e.prefill;
-                SeqStep {
-                    slot: e.slot,
-                    tokens: &seq.tokens[at..end],
-                    start_pos: at as u32,
-                    block_table: &seq.table,
-                    sample: end == seq.prefill_to && seq.sample_after_prefill,
-                    want_logits: false,
-                    from_last_sample: false,
-                }
-            });
-        }
-        let result = if batch.is_empty() {
-            Ok(false)
-        } else {
-            self.backend.launch(&batch, &mut self.out).map(|()| true)
-        };
-        self.step_buf = recycle(batch);
-        match result {
+        match self.launch_entries(Some(self.launched_head)) {
             Ok(true) => self.push_launched(),
             Ok(false) => {}
             Err(e) => self.fail_entries(RequestError::Backend(e.to_string()), sink),

@@ -368,6 +368,8 @@ __device__ __forceinline__ void attn_split_body(
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
     float* __restrict__ part_o, float* __restrict__ part_ml) {
     __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    // rope_append wrote the step's keys and values just before: nothing is read before it ends.
+    pdl_enter();
     const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z;
     if (t >= meta.counts[0]) return;
     const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
@@ -406,6 +408,9 @@ __device__ __forceinline__ void attn_decode_body(
     const int epl = DIM ? AttnTile<KV, DIM>::MAX_EPL : (D >= 32 ? D / 32 : 1);
     const int first_n = min(ATTN_TILE, s.span - z * ATTN_TILE);
     if (first_n > 0) tile.load(kv, s.table, geo, g, D, epl, s.first + z * ATTN_TILE, first_n);
+    // Everything above reads what earlier steps wrote (metadata, block tables, the KV of older
+    // positions) and runs while the q|k|v projection drains; its output is read from here on.
+    pdl_enter();
     // The group's queries, one warp per head, exactly as rope_append computes them.
     for (int a = warp; a < G; a += ATTN_WARPS)
         rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
@@ -459,6 +464,7 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
                                                   int kv_heads, int head_dim,
                                                   float* __restrict__ out) {
     __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    pdl_enter();
     const int t = blockIdx.x, g = blockIdx.y;
     if (t >= meta.counts[0]) return;
     const int G = heads / kv_heads, D = DIM ? DIM : head_dim;

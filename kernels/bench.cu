@@ -5,6 +5,7 @@
 
 extern "C" __global__ void read_bandwidth(const uint4* __restrict__ src, size_t n,
                                           unsigned int* __restrict__ sink) {
+    pdl_enter();
     unsigned int acc = 0;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {

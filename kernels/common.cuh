@@ -15,6 +15,34 @@ typedef unsigned long long u64;
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
+// Programmatic dependent launch (Hopper). The backend launches every kernel with programmatic
+// stream serialization on sm_90+, so a kernel's blocks may be running while the kernel before it
+// drains. The contract each kernel keeps:
+//   - before pdl_wait it reads only what no unfinished kernel of the stream writes: weights, the
+//     step's metadata and block tables (copied in before the step's first kernel), KV positions
+//     of earlier steps; and it writes nothing;
+//   - pdl_wait returns once every earlier kernel has finished and its writes are visible;
+//   - pdl_trigger comes after pdl_wait, so when a kernel's blocks start early, every kernel
+//     before its predecessor has already finished (what the first rule relies on).
+// Both are no-ops before sm_90 and when the kernel was launched without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Wait for the previous kernels, then let the next kernel's blocks be scheduled.
+__device__ __forceinline__ void pdl_enter() {
+    pdl_wait();
+    pdl_trigger();
+}
+
 // Eight 16-bit weights of one 16-byte load, widened to f32.
 __device__ __forceinline__ void widen8(const uint4 raw, const __nv_bfloat16*, float out[8]) {
     const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);

@@ -6,6 +6,7 @@ template <typename W>
 __device__ __forceinline__ void embed_body(StepMeta meta, const u32* __restrict__ sampled,
                                            const W* __restrict__ table, u32 vocab,
                                            int hidden, float* __restrict__ x) {
+    pdl_enter();
     const int t = blockIdx.x;
     if (t >= meta.counts[0]) return;
     u32 tok = meta.token[t];

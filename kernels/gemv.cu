@@ -87,6 +87,8 @@ __device__ __forceinline__ void gemv_body(const W* __restrict__ w, const float* 
         // current chunk's arithmetic (two chunks in flight per row).
         uint4 wr[GEMV_ROWS];
         load_rows<W, GEMV_ROWS>(w, row0, R, K, tid, chunks, wr);
+        // Weights only until the previous kernel is done: these loads overlap its drain.
+        if (t0 == 0) pdl_enter();
         __syncthreads();
         if (tid < TT) {
             const int t = t0 + tid < T ? t0 + tid : t0;

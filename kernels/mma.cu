@@ -142,6 +142,8 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
             const int gi = warp + d * MMA_WARPS;
             if (gi < groups) load_weights<W, MT>(w, row0, R, K, gi * MMA_GROUP, g, c, wr[d]);
         }
+        // Weights only until the previous kernel is done: these loads overlap its drain.
+        if (t0 == 0) pdl_enter();
         __syncthreads();
         if (tid < TT) {
             const int t = t0 + tid < T ? t0 + tid : t0;

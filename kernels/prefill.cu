@@ -21,6 +21,7 @@ __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_
     __shared__ double scratch[HALF_THREADS / 32];
     static_assert(HALF_THREADS == 128, "rows_rms_inv's order is that of 128 threads");
     __shared__ float inv_s;
+    pdl_enter();
     const int t = rows ? rows[t0 + blockIdx.x] : t0 + blockIdx.x;
     const float* row = x + (size_t)t * x_stride;
     const int chunks = K / 8;
@@ -81,6 +82,7 @@ HALF_ENTRY(glu, IN_GLU, f16, __half)
 // y[t0 + blockIdx.x, r] += bias[r].
 extern "C" __global__ void add_bias(float* __restrict__ y, int y_stride, int t0,
                                     const float* __restrict__ bias, int R) {
+    pdl_enter();
     float* row = y + (size_t)(t0 + blockIdx.x) * y_stride;
     for (int r = threadIdx.x; r < R; r += blockDim.x) row[r] += bias[r];
 }

@@ -13,6 +13,7 @@ __device__ __forceinline__ void rope_append_body(
     const int* __restrict__ tables, KvGeometry geo, int heads, int kv_heads, int head_dim,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t) {
+    pdl_enter();
     const int t = blockIdx.x;
     if (t >= meta.counts[0]) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;

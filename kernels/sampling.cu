@@ -143,6 +143,7 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS)
                    const SlotParams* __restrict__ params, const u32* __restrict__ counts,
                    const u32* __restrict__ prompt_bits, ChunkStats* __restrict__ stats) {
     __shared__ Shared sh;
+    pdl_enter();
     const int j = blockIdx.x, chunk = blockIdx.y;
     const int row = row_base + j;
     if (j >= rows || row >= meta.counts[2] || !meta.lrow_sample[row]) return;
@@ -191,6 +192,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
                 SampleRecord* __restrict__ records, float* __restrict__ weights,
                 const ChunkStats* __restrict__ stats) {
     __shared__ Shared sh;
+    pdl_enter();
     const int j = blockIdx.x;
     const int row = row_base + j;
     if (j >= rows || row >= meta.counts[2] || !meta.lrow_sample[row]) return;

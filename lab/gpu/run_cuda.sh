@@ -3,7 +3,7 @@
 # parity against the CPU reference and transformers, the decode benchmark against the read
 # bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
 #
-#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [pdl] [ncu] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
 #
 # BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels, preemption and cuda_backend built on the development machine.
 set -u
@@ -23,6 +23,33 @@ model() { [ -f "$M/$1/config.json" ] || "$B/nervad" make-model --preset "$1" --o
 if has kernels; then
   # The projections alone (ours, the previous design, cuBLAS) against the read bandwidth.
   timeout 300 "$B/gpu_kernels" 2>&1 | tee "$O/kernels.log"
+fi
+if has pdl; then
+  # Programmatic dependent launch on and off (NERVA_PDL), A/B in one run: batch-1 and batch-8
+  # decode of both shapes and both projection kernels, each setting in its own process.
+  for p in qwen3-0.6b qwen3-8b; do
+    model $p
+    for pdl in 0 1; do
+      for proj in tensor gemv; do
+        echo "== $p pdl=$pdl projections=$proj"
+        NERVA_PDL=$pdl timeout 120 "$B/gpu_decode" --model $M/$p --batch ${PDL_BATCH:-1,8} \
+          --prefill "" --projections $proj --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]"
+      done
+    done
+  done 2>&1 | tee "$O/pdl.log"
+fi
+if has ncu; then
+  # One 8B decode layer per projection mode, each kernel profiled alone (ncu serializes them
+  # and runs at base clocks: compare kernels with each other, not with the timed runs).
+  model qwen3-8b
+  for proj in tensor gemv; do
+    timeout 120 ncu --graph-profiling node -k "regex:mma_|gemv_|attn_decode" --launch-skip 150 --launch-count 5 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --metrics lts__t_requests_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum \
+      "$B/gpu_decode" --model $M/qwen3-8b --batch 1 --tokens 48 --prefill "" --buffer-mib 256 \
+      --projections $proj > "$O/ncu_$proj.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occ|lts__t_req|lts__t_sec|dram__bytes" "$O/ncu_$proj.txt"
+  done 2>&1 | tee "$O/ncu_summary.log"
 fi
 if has parity-tiny; then
   timeout 300 python3 tests/parity/parity.py --nervad "$B/nervad" --backend cuda --device cuda \

@@ -200,6 +200,12 @@ pub struct Gpu {
     arena: DevBuf,
     arena_used: usize,
     modules: Vec<sys::CUmodule>,
+    /// Launch with programmatic stream serialization (Hopper's programmatic dependent launch):
+    /// a kernel's blocks may be scheduled while the kernel before it drains. Every kernel in
+    /// `kernels/` is written for it: before `pdl_wait` it touches only what no earlier work of
+    /// the stream is still writing (weights, step metadata, older KV positions), and it lets
+    /// its successor start only after that wait (`kernels/common.cuh`).
+    programmatic: bool,
     /// What has been asked of the driver.
     pub counters: DriverCounters,
 }
@@ -251,10 +257,22 @@ impl Gpu {
                 arena: DevBuf::NULL,
                 arena_used: 0,
                 modules: Vec::new(),
+                programmatic: false,
                 counters: DriverCounters::default(),
             },
             facts,
         ))
+    }
+
+    /// Launch every later kernel with programmatic dependent launch (sm_90 and newer; the
+    /// caller checks the architecture: older devices reject the attribute).
+    pub fn set_programmatic(&mut self, on: bool) {
+        self.programmatic = on;
+    }
+
+    /// Whether kernels launch with programmatic dependent launch.
+    pub fn programmatic(&self) -> bool {
+        self.programmatic
     }
 
     /// The backend's stream, for libraries that enqueue on it (cuBLAS).
@@ -355,19 +373,32 @@ impl Gpu {
         args: Args<'_>,
     ) -> Result<(), BackendError> {
         let mut args = args;
-        let n = args.len;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue {
+                programmaticStreamSerializationAllowed: 1,
+            },
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: self.stream,
+            attrs: &mut attr,
+            numAttrs: u32::from(self.programmatic),
+        };
         // SAFETY: the caller guarantees the argument list; the values behind the pointers live
-        // for this call ('a), and cuLaunchKernel copies them before returning.
+        // for this call ('a), and cuLaunchKernelEx copies them (and reads `config` and `attr`,
+        // which outlive the call) before returning.
         unsafe {
-            cu::launch_kernel(
-                k.f,
-                grid,
-                (block, 1, 1),
-                0,
-                self.stream,
-                &mut args.ptrs[..n],
-            )
-        }?;
+            sys::cuLaunchKernelEx(&config, k.f, args.ptrs.as_mut_ptr(), std::ptr::null_mut())
+        }
+        .result()?;
         self.counters.launches += 1;
         Ok(())
     }

@@ -60,6 +60,11 @@ const GEMV_MAX_TOKENS: usize = 2;
 const RING: usize = 4;
 /// Marks a decode token read from the device token ring (kernels/common.cuh).
 const FROM_SLOT: u32 = 0x8000_0000;
+/// Programmatic dependent launch on devices that have it (sm_90+), unless `NERVA_PDL=0` turns
+/// it off for a comparison.
+fn use_programmatic_launch(arch: u32) -> bool {
+    arch >= 90 && std::env::var_os("NERVA_PDL").is_none_or(|v| v != "0")
+}
 
 /// How much device memory the backend may take.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -732,6 +737,7 @@ impl CudaBackend {
         }
         let arch = (facts.capability.0 * 10 + facts.capability.1) as u32;
         let compiled = kernels::build_all(arch)?;
+        gpu.set_programmatic(use_programmatic_launch(arch));
         let from_cache = compiled.iter().filter(|m| m.cached).count();
         tracing::info!(arch, modules = compiled.len(), from_cache, "kernels ready");
 

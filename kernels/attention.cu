@@ -282,10 +282,14 @@ __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM
 // (partials p0(h) .. p0(h) + Z - 1, z in order), by the whole block: the heads' weights first
 // (one round trip), then every output element with all its split values loaded at once.
 // Partials are read past L1 (__ldcg): in attn_decode other blocks wrote them during this kernel.
+// Only splits z < nz are read: the others hold no tile (tile i goes to split i mod Z, so the
+// empty splits are the last ones), and an empty split adds exactly nothing (weight 0, l 0) —
+// merging nz or all Z gives the same bits.
 template <int MAXD>
 __device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float* part_o,
                                               const float* part_ml, size_t t, int heads, int h0,
-                                              int G, int head_dim, float* __restrict__ out) {
+                                              int G, int head_dim, float* __restrict__ out,
+                                              int nz = ATTN_SPLITS) {
     const int tid = threadIdx.x;
     // The partial values of this thread's first COMBINE_PRE elements load together with the
     // weights' inputs: one round trip for both.
@@ -298,7 +302,7 @@ __device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float*
             const size_t p0 = ((size_t)t * heads + h0 + i / head_dim) * ATTN_SPLITS;
 #pragma unroll
             for (int z = 0; z < ATTN_SPLITS; ++z)
-                pre[r][z] = __ldcg(part_o + (p0 + z) * head_dim + i % head_dim);
+                pre[r][z] = z < nz ? __ldcg(part_o + (p0 + z) * head_dim + i % head_dim) : 0.f;
         }
     }
     if (tid < G) {
@@ -306,8 +310,8 @@ __device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float*
         float m[ATTN_SPLITS], l[ATTN_SPLITS];
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z) {
-            m[z] = __ldcg(part_ml + (p0 + z) * 2);
-            l[z] = __ldcg(part_ml + (p0 + z) * 2 + 1);
+            m[z] = z < nz ? __ldcg(part_ml + (p0 + z) * 2) : -INFINITY;
+            l[z] = z < nz ? __ldcg(part_ml + (p0 + z) * 2 + 1) : 0.f;
         }
         float M = -INFINITY;
 #pragma unroll
@@ -341,7 +345,8 @@ __device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float*
         const size_t p0 = ((size_t)t * heads + h0 + i / head_dim) * ATTN_SPLITS;
         float oz[ATTN_SPLITS];
 #pragma unroll
-        for (int z = 0; z < ATTN_SPLITS; ++z) oz[z] = __ldcg(part_o + (p0 + z) * head_dim + i % head_dim);
+        for (int z = 0; z < ATTN_SPLITS; ++z)
+            oz[z] = z < nz ? __ldcg(part_o + (p0 + z) * head_dim + i % head_dim) : 0.f;
         merge(oz, i);
     }
 }
@@ -381,6 +386,32 @@ __device__ __forceinline__ void attn_split_body(
                                  s.first, s.span, scale, part_o, part_ml);
 }
 
+// The new position's key (QK-norm, rotated) and value of kv head g, computed from the q|k|v row
+// into `fresh` (as the pool stores them) and then written to the pool, by the warps past the
+// query heads (or warps 0 and 1 when the group fills all eight). The caller's next barrier orders
+// the pool writes before any read of them in the block.
+template <typename KV, int MAXD>
+__device__ __forceinline__ void write_new_kv(AttnShared<MAXD>& sh, KV* kv, const float* row,
+                                             const TokenSpan& s, KvGeometry geo, int g, int G,
+                                             int D, int q_dim, int kv_dim,
+                                             const float* __restrict__ k_norm, float eps,
+                                             const float* cs, const float* sn) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int page = s.table[s.pos / geo.page_tokens];
+    const int kw = G < ATTN_WARPS ? G : 0, vw = G + 1 < ATTN_WARPS ? G + 1 : 1;
+    const int kind = warp == kw ? 0 : warp == vw ? 1 : -1;
+    if (kind < 0) return;
+    KV* fresh = reinterpret_cast<KV*>(sh.fresh[kind]);
+    if (kind == 0)
+        rope_head<KV>(row + q_dim + g * D, k_norm, eps, cs, sn, D, lane, nullptr, fresh);
+    else
+        copy_head<KV>(row + q_dim + kv_dim + g * D, D, lane, fresh);
+    __syncwarp();
+    KV* dst = kv + kv_offset(geo, page, kind, s.pos) + g * D;
+    for (int i = lane * 8; i < D; i += 32 * 8)
+        *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(fresh + i);
+}
+
 template <typename KV, int DIM>
 __device__ __forceinline__ void attn_decode_body(
     StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
@@ -418,21 +449,7 @@ __device__ __forceinline__ void attn_decode_body(
     // block that reads it, into shared memory (as the pool stores them) and then to the pool.
     const int new_tile = (s.pos - s.first) / ATTN_TILE;
     if (new_tile % Z == z) {
-        const int page = s.table[s.pos / geo.page_tokens];
-        // Warps past the query heads take the key and the value where there are such warps.
-        const int kw = G < ATTN_WARPS ? G : 0, vw = G + 1 < ATTN_WARPS ? G + 1 : 1;
-        const int kind = warp == kw ? 0 : warp == vw ? 1 : -1;
-        if (kind >= 0) {
-            KV* fresh = reinterpret_cast<KV*>(sh.fresh[kind]);
-            if (kind == 0)
-                rope_head<KV>(row + q_dim + g * D, k_norm, eps, cs, sn, D, lane, nullptr, fresh);
-            else
-                copy_head<KV>(row + q_dim + kv_dim + g * D, D, lane, fresh);
-            __syncwarp();
-            KV* dst = kv + kv_offset(geo, page, kind, s.pos) + g * D;
-            for (int i = lane * 8; i < D; i += 32 * 8)
-                *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(fresh + i);
-        }
+        write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
         // The preloaded tile read the position before it was written: take it from `fresh`.
         // (A later tile is loaded after attn_partial's first barrier, which orders the pool
         // writes above before its reads.)
@@ -455,6 +472,59 @@ __device__ __forceinline__ void attn_decode_body(
     combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D);
     // Ready for the next step (and the next layer) that uses this counter.
     if (tid == 0) done[t * kv_heads + g] = 0;
+}
+
+// attn_decode for large batches: one block per (token, kv head) computes the partials of the
+// splits that hold a tile, z = 0, 1, ... in turn, and merges them itself. Each split's partial is
+// attn_decode's (the same tiles in the same order, the same arithmetic), and so is the merge, so
+// the two kernels give the same bits; this one needs no counter, fence or second block, and
+// its blocks stream many tiles each (split z + 1's first tile loads while split z is computed)
+// where attn_decode would launch Z blocks of a tile or two per token.
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_decode_serial_body(
+    StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
+    KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
+    const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
+    const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
+    float* part_ml, float* __restrict__ out) {
+    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    const int t = blockIdx.x, g = blockIdx.y;
+    const int tokens = meta.counts[0];
+    const TokenSpan s = token_span(meta, tables, geo, t, window);
+    if (t >= tokens) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
+    const int q_dim = heads * D, kv_dim = kv_heads * D;
+    const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
+    const float* cs = cos_t + (size_t)s.pos * (D / 2);
+    const float* sn = sin_t + (size_t)s.pos * (D / 2);
+    AttnTile<KV, DIM> tile, next;
+    const int epl = DIM ? AttnTile<KV, DIM>::MAX_EPL : (D >= 32 ? D / 32 : 1);
+    tile.load(kv, s.table, geo, g, D, epl, s.first, min(ATTN_TILE, s.span));
+    // As in attn_decode: metadata, block table and older KV only, until the projection is done.
+    pdl_enter();
+    for (int a = warp; a < G; a += ATTN_WARPS)
+        rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
+    write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
+    __syncthreads();
+    // Split 0's first tile was read before the new position was written; every later load
+    // comes after the barrier above and reads it from the pool.
+    const int new_tile = (s.pos - s.first) / ATTN_TILE;
+    if (new_tile == 0) tile.patch(sh.fresh, D, epl, s.pos - s.first);
+    const int nz = min(ATTN_SPLITS, (s.span + ATTN_TILE - 1) / ATTN_TILE);
+    for (int z = 0; z < nz; ++z) {
+        if (z + 1 < nz) {
+            const int base = (z + 1) * ATTN_TILE;
+            next.load(kv, s.table, geo, g, D, epl, s.first + base, min(ATTN_TILE, s.span - base));
+        }
+        attn_partial<KV, DIM, true>(sh, tile, kv, s.table, geo, t, g, z, ATTN_SPLITS, heads, G,
+                                    D, s.first, s.span, scale, part_o, part_ml);
+        tile = next;
+    }
+    // The block's own partial writes, visible to all its threads after the barrier.
+    __syncthreads();
+    combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D,
+                  nz);
 }
 
 // The split path's merge: one block per (token, kv head), the same arithmetic as attn_decode's.
@@ -493,6 +563,15 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
         attn_decode_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim,        \
                                   window, scale, q_norm, k_norm, eps, cos_t, sin_t, part_o,     \
                                   part_ml, done, out);                                          \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_serial_##DT##SUFFIX( \
+        StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
+        int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
+        const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* part_o,  \
+        float* part_ml, float* out) {                                                           \
+        attn_decode_serial_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim, \
+                                         window, scale, q_norm, k_norm, eps, cos_t, sin_t,      \
+                                         part_o, part_ml, out);                                 \
     }
 
 // Head dimensions compiled as constants (every loop unrolled, registers sized exactly), and a

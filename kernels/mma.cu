@@ -36,7 +36,13 @@
 // 27.8 µs with three groups in flight and fewer blocks per SM.
 #define MMA_N1_DEPTH 2
 // More tokens: two blocks per SM (registers ≤ 128) so one block's loads overlap the other's mma.
-#define MMA_MIN_BLOCKS(NT, MT) ((NT) * (MT) == 1 ? 3 : 2)
+#define MMA_MIN_BLOCKS(NT, MT, DEEP) ((NT) * (MT) == 1 && !(DEEP) ? 3 : 2)
+// The deep one-n-tile variant (n1d): for projections with too few 16-row blocks to give every SM
+// three (qwen3-8b o_proj and down_proj: 256 blocks, about 2 per SM, where ncu measured 24%
+// achieved occupancy against the GEMV's 48%), four groups in flight per warp and two blocks per
+// SM (registers ≤ 128) keep as many bytes in flight as three shallow blocks would. Same
+// arithmetic as n1: only how far ahead the loads run differs.
+#define MMA_DEEP_DEPTH 4
 
 enum { MIN_RMS = 0, MIN_PLAIN = 1, MIN_HALF = 2 };
 enum { MEPI_STORE = 0, MEPI_ADD = 1, MEPI_GLU = 2 };
@@ -111,7 +117,7 @@ __device__ __forceinline__ void load_weights(const W* __restrict__ w, int row0, 
         }
 }
 
-template <typename W, int NT, int MT, int IN, int EPI>
+template <typename W, int NT, int MT, int IN, int EPI, int DEEP>
 __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* __restrict__ bias,
                                          const float* __restrict__ x, int x_stride,
                                          const W* __restrict__ xh, const int* __restrict__ x_rows,
@@ -121,7 +127,7 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     constexpr int ROWS = 16 * MT;
     // Groups of weights in flight per warp: deep where few accumulators leave registers free
     // (one n-tile: batch 1 must read at the bandwidth with only R / 16 blocks).
-    constexpr int DEPTH = MT * NT == 1 ? MMA_N1_DEPTH : MT * NT <= 4 ? 2 : 1;
+    constexpr int DEPTH = DEEP ? MMA_DEEP_DEPTH : MT * NT == 1 ? MMA_N1_DEPTH : MT * NT <= 4 ? 2 : 1;
     static_assert(IN != MIN_RMS || NT == 1, "the in-kernel norm serves one n-tile");
     // Warp partials: warps w and w + 4 share row w (see the merge).
     __shared__ float red[MMA_WARPS / 2][ROWS][TT + 1];
@@ -265,14 +271,14 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     }
 }
 
-#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI)                                                    \
-    extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT))         \
+#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP)                                              \
+    extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT, DEEP))   \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
              int K, int R, int T, float* __restrict__ y, int y_stride) {                      \
-        mma_body<W, NT, MT, IN, EPI>(w, bias, x, x_stride, xh, x_rows, norm_w, eps, K, R, T, \
-                                     y, y_stride);                                            \
+        mma_body<W, NT, MT, IN, EPI, DEEP>(w, bias, x, x_stride, xh, x_rows, norm_w, eps, K, R,  \
+                                           T, y, y_stride);                                   \
     }
 
 // Per dtype and epilogue: the in-kernel norm/rounding for one n-tile (1-8 tokens, 16-row tiles:
@@ -281,10 +287,11 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
 // 16-n-tile variant (128 tokens per pass) measured slower than two passes of this one
 // (BENCHMARKS.md, 2026-11-23 third session).
 #define MMA_FAMILY(MODE, IN1, EPI, DT, W)                                   \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI)                    \
-    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI)               \
-    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI)               \
-    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI)
+    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI, 0)                 \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI, 0)            \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI, 0)            \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI, 0)          \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1d, W, 1, 1, IN1, EPI, 1)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

@@ -3,7 +3,7 @@
 # parity against the CPU reference and transformers, the decode benchmark against the read
 # bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
 #
-#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [pdl] [ncu] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [pdl] [variants] [ncu] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
 #
 # BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels, preemption and cuda_backend built on the development machine.
 set -u
@@ -37,6 +37,21 @@ if has pdl; then
       done
     done
   done 2>&1 | tee "$O/pdl.log"
+fi
+if has variants; then
+  # The speed-only kernel variants (KernelTuning: NERVA_MMA_DEEP = blocks per SM below which
+  # one-n-tile projections run deep, NERVA_ATTN_SERIAL = decode tokens from which attention runs
+  # one block per (token, kv head)), each setting in its own process; bits are the same
+  # (GPU test kernel_variants_give_identical_bits).
+  for p in qwen3-0.6b qwen3-8b; do
+    model $p
+    for cfg in "0 0" "2 0" "1000 0" "0 8" "0 32" "2 32"; do
+      set -- $cfg
+      echo "== $p mma_deep=$1 attn_serial=$2"
+      NERVA_MMA_DEEP=$1 NERVA_ATTN_SERIAL=$2 timeout 150 "$B/gpu_decode" --model $M/$p \
+        --batch ${VARIANT_BATCH:-1,8,32,64} --prefill "" --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]"
+    done
+  done 2>&1 | tee "$O/variants.log"
 fi
 if has ncu; then
   # One 8B decode layer per projection mode, each kernel profiled alone (ncu serializes them

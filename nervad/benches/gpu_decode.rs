@@ -160,6 +160,7 @@ fn main() {
             memory: args.gpu_memory,
             fast_prefill: args.fast_prefill,
             projections: args.projections,
+            ..CudaOptions::default()
         },
     )
     .expect("CUDA backend");

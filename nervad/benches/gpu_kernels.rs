@@ -14,7 +14,7 @@
 use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
-use nervad::backend::cuda::{MMA_VARIANTS, kernels, mma_variant};
+use nervad::backend::cuda::{MMA_DEEP, MMA_VARIANTS, kernels, mma_variant};
 use nervad::model::DType;
 
 #[derive(Parser, Debug)]
@@ -247,12 +247,23 @@ impl Bench {
         })
     }
 
-    /// Median ms of the tensor-core projection of `t` tokens (`kernels`: the mode's n1, n2, n4,
-    /// n8m2 variants; `prep`: its to_half kernel, launched first past 8 tokens as the backend
-    /// does).
-    fn mma(&mut self, kernels: &[Kernel], prep: Kernel, shape: &Shape, t: usize) -> Res<f64> {
+    /// Median ms of the tensor-core projection of `t` tokens (`kernels`: the mode's
+    /// `MMA_VARIANTS`; `prep`: its to_half kernel, launched first past 8 tokens as the backend
+    /// does); `deep` takes the deep one-n-tile variant where n1 would run.
+    fn mma(
+        &mut self,
+        kernels: &[Kernel],
+        prep: Kernel,
+        shape: &Shape,
+        t: usize,
+        deep: bool,
+    ) -> Res<f64> {
         let (variant, rows) = mma_variant(t);
-        let kernel = kernels[variant];
+        let kernel = kernels[if variant == 0 && deep {
+            MMA_DEEP
+        } else {
+            variant
+        }];
         let (x, xa, norm, y, wbase) = (
             self.x.ptr,
             self.xa.ptr,
@@ -480,8 +491,17 @@ fn run(cli: &Cli) -> Res<()> {
 
     println!();
     println!(
-        "{:<11} {:<8} {:>4} | {:>9} {:>8} {:>8} | {:>9} {:>7}",
-        "model", "proj", "T", "mma (us)", "% of bw", "TFLOP/s", "GEMV (us)", "ratio"
+        "{:<11} {:<8} {:>4} | {:>9} {:>8} {:>8} | {:>9} {:>8} | {:>9} {:>7}",
+        "model",
+        "proj",
+        "T",
+        "mma (us)",
+        "% of bw",
+        "TFLOP/s",
+        "deep (us)",
+        "% of bw",
+        "GEMV (us)",
+        "ratio"
     );
     for shape in SHAPES {
         let (_, ks, prep) = mma_families
@@ -497,21 +517,30 @@ fn run(cli: &Cli) -> Res<()> {
             .clone();
         let bytes = shape.k * shape.r * 2;
         for &t in &parse_list(&cli.mma_tokens) {
-            let ms = b.mma(&ks, prep, shape, t)?;
+            let ms = b.mma(&ks, prep, shape, t, false)?;
+            // The deep one-n-tile variant (KernelTuning::deep_n1_blocks_per_sm) where n1 runs.
+            let deep = if mma_variant(t).0 == 0 {
+                Some(b.mma(&ks, prep, shape, t, true)?)
+            } else {
+                None
+            };
             let gemv = if t <= 64 {
                 Some(b.gemv(&fam, 4, shape, t)?)
             } else {
                 None
             };
             let flops = 2.0 * (t * shape.k * shape.r) as f64;
+            let pct = |ms: f64| bytes as f64 / (ms / 1e3) / bw * 100.0;
             println!(
-                "{:<11} {:<8} {:>4} | {:>9.2} {:>7.1}% {:>8.1} | {:>9} {:>7}",
+                "{:<11} {:<8} {:>4} | {:>9.2} {:>7.1}% {:>8.1} | {:>9} {:>8} | {:>9} {:>7}",
                 shape.model,
                 shape.name,
                 t,
                 ms * 1e3,
-                bytes as f64 / (ms / 1e3) / bw * 100.0,
+                pct(ms),
                 flops / (ms / 1e3) / 1e12,
+                deep.map_or("-".into(), |d| format!("{:.2}", d * 1e3)),
+                deep.map_or("-".into(), |d| format!("{:.1}%", pct(d))),
                 gemv.map_or("-".into(), |g| format!("{:.2}", g * 1e3)),
                 gemv.map_or("-".into(), |g| format!("{:.2}x", g / ms)),
             );

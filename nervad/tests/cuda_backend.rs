@@ -393,6 +393,124 @@ fn prefill_and_fused_decode_give_identical_bits() {
     }
 }
 
+/// The speed-only kernel variants (`KernelTuning`: the deep one-n-tile projection and the
+/// serial-split decode attention) give the same bits as the default kernels. Three sequences,
+/// one of them past 16 attention tiles (so some splits hold two tiles), are prefilled and then
+/// decoded side by side by a backend with both variants on everywhere and by one with neither;
+/// every logit of every decode step must match bit for bit.
+#[test]
+fn kernel_variants_give_identical_bits() {
+    use nervad::backend::cuda::{CudaBackend, KernelTuning};
+    use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
+    let Some(cuda) = device() else { return };
+    let presets: &[Preset] = if std::env::var_os("NERVA_GPU_BIG").is_some() {
+        &[Preset::Tiny, Preset::Qwen3_0_6b]
+    } else {
+        &[Preset::Tiny]
+    };
+    const PAGES: u32 = 48;
+    let lengths = [600usize, 130, 17];
+    let decode_steps = 6;
+    for &preset in presets {
+        let dir = checkpoint(preset);
+        let model = LoadedModel::load(&dir).expect("load");
+        let config = model.config.clone();
+        let vocab = config.vocab_size;
+        let options = BackendOptions {
+            max_seqs: 4,
+            max_step_tokens: 640,
+            page_tokens: 16,
+            kv_budget_bytes: 64 << 20,
+            max_context: 768,
+            threads: 0,
+            swap: nervad::backend::SwapSpace::None,
+        };
+        let prompts: Vec<Vec<u32>> = lengths
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| {
+                (0..n as u32)
+                    .map(|i| (5 + 31 * s as u32 + 11 * i) % vocab as u32)
+                    .collect()
+            })
+            .collect();
+        let tables: Vec<Vec<u32>> = (0..lengths.len() as u32)
+            .map(|s| (s * PAGES..(s + 1) * PAGES).collect())
+            .collect();
+        let params = SamplingParams::default();
+        let run = |tuning: KernelTuning| -> Vec<f32> {
+            let opts = CudaOptions { tuning, ..cuda };
+            let mut b = CudaBackend::new(&config, &model.weights, options, opts).expect("backend");
+            let mut out = StepOutput::default();
+            let mut logits = Vec::new();
+            for (s, prompt) in prompts.iter().enumerate() {
+                b.start_sequence(s as u32, &params, s as u64, prompt)
+                    .unwrap();
+                // The prompt's KV (the same kernels either way); logits from the decode steps.
+                let step = SeqStep {
+                    slot: s as u32,
+                    tokens: prompt,
+                    start_pos: 0,
+                    block_table: &tables[s],
+                    sample: false,
+                    want_logits: false,
+                    from_last_sample: false,
+                };
+                b.step(&[step], &mut out).unwrap();
+            }
+            let fed: Vec<Vec<u32>> = (0..decode_steps as u32)
+                .map(|k| {
+                    (0..3)
+                        .map(|s| (17 + 7 * k + 3 * s) % vocab as u32)
+                        .collect()
+                })
+                .collect();
+            for (k, toks) in fed.iter().enumerate() {
+                let batch: Vec<SeqStep<'_>> = (0..lengths.len())
+                    .map(|s| SeqStep {
+                        slot: s as u32,
+                        tokens: &toks[s..s + 1],
+                        start_pos: (lengths[s] + k) as u32,
+                        block_table: &tables[s],
+                        sample: false,
+                        want_logits: true,
+                        from_last_sample: false,
+                    })
+                    .collect();
+                b.step(&batch, &mut out).unwrap();
+                logits.extend_from_slice(&out.logits);
+            }
+            logits
+        };
+        let plain = run(KernelTuning {
+            deep_n1_blocks_per_sm: 0,
+            serial_attention_from: None,
+        });
+        let variants = run(KernelTuning {
+            deep_n1_blocks_per_sm: 1 << 20,
+            serial_attention_from: Some(1),
+        });
+        assert_eq!(plain.len(), variants.len());
+        assert_eq!(plain.len(), decode_steps * lengths.len() * vocab);
+        if let Some(i) = plain
+            .iter()
+            .zip(&variants)
+            .position(|(a, b)| a.to_bits() != b.to_bits())
+        {
+            panic!(
+                "{preset:?}: logit {i} differs with the kernel variants: {} vs {}",
+                plain[i], variants[i]
+            );
+        }
+        println!(
+            "{preset:?}: deep projections and serial attention bit-identical to the defaults \
+             ({decode_steps} decode steps of {} sequences, spans up to {})",
+            lengths.len(),
+            lengths[0] + decode_steps
+        );
+    }
+}
+
 #[test]
 fn step_reports_add_up_to_the_cumulative_stats() {
     use nervad::backend::{SeqStep, StepOutput, StepReport};

@@ -220,6 +220,7 @@ pub fn run_dump(args: DumpArgs) -> Result<(), DumpError> {
             memory: args.gpu_memory,
             fast_prefill: args.fast_prefill,
             projections: args.projections,
+            ..crate::backend::cuda::CudaOptions::default()
         },
     )?;
     let io = |path: &PathBuf| {

@@ -413,6 +413,7 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
                     memory: args.gpu_memory,
                     fast_prefill: args.fast_prefill,
                     projections: args.projections,
+                    ..crate::backend::cuda::CudaOptions::default()
                 },
             )
             .map_err(|e| format!("backend: {e}"))?;

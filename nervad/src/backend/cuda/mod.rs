@@ -109,6 +109,44 @@ pub struct CudaOptions {
     /// Which kernels run the projections of decode tokens (and of prefill, unless
     /// `fast_prefill`).
     pub projections: Projections,
+    /// Kernel variants that change speed only (`KernelTuning`).
+    pub tuning: KernelTuning,
+}
+
+/// Kernel variants that give the same bits as the kernels they stand in for (GPU test
+/// `kernel_variants_give_identical_bits`), so choosing one changes only speed. Off by default
+/// until measured on the device (BENCHMARKS.md); `NERVA_MMA_DEEP` and `NERVA_ATTN_SERIAL` set
+/// them for a process. The default is neither.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelTuning {
+    /// One-n-tile tensor-core projections (1–8 tokens) with at most this many 16-row blocks
+    /// per multiprocessor run the deep variant (`mma_*_n1d`: four weight groups in flight per
+    /// warp, two blocks per SM); 0 never.
+    pub deep_n1_blocks_per_sm: usize,
+    /// Decode-only steps of at least this many tokens run attention as one block per (token,
+    /// kv head) that computes and merges its splits itself (`attn_decode_serial`); None never.
+    pub serial_attention_from: Option<usize>,
+}
+
+impl KernelTuning {
+    /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>` and `NERVA_ATTN_SERIAL=<tokens>`
+    /// (`0` turns a variant off) applied.
+    pub fn from_env() -> Self {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        };
+        let d = KernelTuning::default();
+        KernelTuning {
+            deep_n1_blocks_per_sm: var("NERVA_MMA_DEEP").unwrap_or(d.deep_n1_blocks_per_sm),
+            serial_attention_from: match var("NERVA_ATTN_SERIAL") {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => d.serial_attention_from,
+            },
+        }
+    }
 }
 
 /// The kernels of the per-token projections.
@@ -148,6 +186,7 @@ impl Default for CudaOptions {
             memory: GpuMemory::Fraction(0.9),
             fast_prefill: false,
             projections: Projections::Tensor,
+            tuning: KernelTuning::from_env(),
         }
     }
 }
@@ -214,6 +253,8 @@ struct Kernels {
     attn_split: Kernel,
     attn_combine: Kernel,
     attn_decode: Kernel,
+    /// attn_decode's arithmetic with one block per (token, kv head) (`KernelTuning`).
+    attn_decode_serial: Kernel,
     prepare: Kernel,
     sample: Kernel,
     read_bandwidth: Kernel,
@@ -386,18 +427,22 @@ impl GemvFamily {
 
 /// A tensor-core projection kernel per token-tile width: one n-tile (1–8 tokens, input
 /// prepared in the kernel), then 2, 4 n-tiles and 8 n-tiles × 2 row tiles (inputs prepared by
-/// to_half). Every variant gives the same bits for a token.
+/// to_half), and the one-n-tile kernel with deeper prefetch for projections of few blocks
+/// (`KernelTuning::deep_n1_blocks_per_sm`). Every variant gives the same bits for a token.
 #[derive(Debug, Clone, Copy)]
 struct MmaFamily {
     n1: Kernel,
     n2: Kernel,
     n4: Kernel,
     n8m2: Kernel,
+    n1_deep: Kernel,
 }
 
 /// The mma.cu variants of a projection, in `mma_variant`'s numbering (kernel
-/// `mma_{mode}_{dtype}_{variant}`).
-pub const MMA_VARIANTS: [&str; 4] = ["n1", "n2", "n4", "n8m2"];
+/// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`).
+pub const MMA_VARIANTS: [&str; 5] = ["n1", "n2", "n4", "n8m2", "n1d"];
+/// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
+pub const MMA_DEEP: usize = 4;
 
 /// Which of `MMA_VARIANTS` runs a launch of `t` tokens, and its rows per block. One pass reads
 /// the weights once: up to 64 tokens do; past 32 the blocks take 32 rows so that fewer of them
@@ -413,9 +458,13 @@ pub fn mma_variant(t: usize) -> (usize, u32) {
 }
 
 impl MmaFamily {
-    /// Kernel and rows per block for a launch of `t` tokens (`mma_variant`).
-    fn pick(&self, t: usize) -> (Kernel, u32) {
+    /// Kernel and rows per block for a launch of `t` tokens (`mma_variant`), the deep variant
+    /// for one n-tile when `deep`.
+    fn pick(&self, t: usize, deep: bool) -> (Kernel, u32) {
         let (v, rows) = mma_variant(t);
+        if v == 0 && deep {
+            return (self.n1_deep, rows);
+        }
         ([self.n1, self.n2, self.n4, self.n8m2][v], rows)
     }
 }
@@ -568,6 +617,8 @@ pub struct CudaBackend {
     /// `NERVA_CUDA_SYNC=1`: wait for every step at launch (asynchronous errors surface at the
     /// step that caused them, as with `CUDA_LAUNCH_BLOCKING`), counted as debug syncs.
     sync_each_step: bool,
+    /// Kernel variants in use (`CudaOptions::tuning`).
+    tuning: KernelTuning,
     /// Last: dropped after every handle above that belongs to its context.
     gpu: Gpu,
 }
@@ -1085,6 +1136,7 @@ impl CudaBackend {
                         format!("attn_split_{dt}{d}"),
                         format!("attn_combine_{dt}{d}"),
                         format!("attn_decode_{dt}{d}"),
+                        format!("attn_decode_serial_{dt}{d}"),
                     ]
                 }
                 "sampling.cu" => vec!["logits_prepare".into(), "sample_rows".into()],
@@ -1116,6 +1168,7 @@ impl CudaBackend {
             attn_split: module_kernels[3][0],
             attn_combine: module_kernels[3][1],
             attn_decode: module_kernels[3][2],
+            attn_decode_serial: module_kernels[3][3],
             prepare: module_kernels[4][0],
             sample: module_kernels[4][1],
             read_bandwidth: module_kernels[5][0],
@@ -1125,13 +1178,15 @@ impl CudaBackend {
                 module_kernels[6][2],
             ],
             add_bias: module_kernels[6][3],
-            mma: [0, 4, 8].map(|i| {
-                let m = &module_kernels[7][i..i + 4];
+            mma: [0, 1, 2].map(|mode| {
+                let n = MMA_VARIANTS.len();
+                let m = &module_kernels[7][mode * n..(mode + 1) * n];
                 MmaFamily {
                     n1: m[0],
                     n2: m[1],
                     n4: m[2],
                     n8m2: m[3],
+                    n1_deep: m[MMA_DEEP],
                 }
             }),
         };
@@ -1206,6 +1261,7 @@ impl CudaBackend {
             mark: CounterMark::new(DriverCounters::default()),
             clock,
             sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
+            tuning: cuda.tuning,
             gpu,
         };
         backend.capture_buckets()?;
@@ -1397,7 +1453,9 @@ impl CudaBackend {
         p: &Proj,
         t: usize,
     ) -> Result<(), BackendError> {
-        let (kernel, block_rows) = family.pick(t);
+        let deep = self.tuning.deep_n1_blocks_per_sm > 0
+            && p.r.div_ceil(16) <= self.tuning.deep_n1_blocks_per_sm * self.sms as usize;
+        let (kernel, block_rows) = family.pick(t, deep);
         let xh = if t > 8 {
             self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t)?
         } else {
@@ -1647,37 +1705,50 @@ impl CudaBackend {
         let l = self.layers[li];
         let geo = self.geometry(li);
         if one_per_seq {
+            // Past `serial_attention_from` tokens one block per (token, kv head) computes every
+            // split (same bits, no counter); else ATTN_SPLITS blocks and the last merges.
+            let serial = self.tuning.serial_attention_from.is_some_and(|n| t >= n);
+            let (kernel, splits) = if serial {
+                (self.k.attn_decode_serial, 1)
+            } else {
+                (self.k.attn_decode, ATTN_SPLITS)
+            };
+            let args = Args::new()
+                .arg(&meta)
+                .arg(&b.qkv.ptr)
+                .arg(&b.kv.ptr)
+                .arg(&b.tables.ptr)
+                .arg(&geo)
+                .arg(&heads)
+                .arg(&kv_heads)
+                .arg(&hd)
+                .arg(&window)
+                .arg(&scale)
+                .arg(&l.q_norm.ptr)
+                .arg(&l.k_norm.ptr)
+                .arg(&eps)
+                .arg(&b.cos.ptr)
+                .arg(&b.sin.ptr)
+                .arg(&b.part_o.ptr)
+                .arg(&b.part_ml.ptr);
+            let args = if serial {
+                args
+            } else {
+                args.arg(&b.attn_done.ptr)
+            };
             // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
             // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
             // const float* q_norm, const float* k_norm, float eps, const float* cos,
-            // const float* sin, float* part_o, float* part_ml, int* done, float* out): as
-            // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters
-            // (zero between launches); out holds max_step_tokens × q_dim floats.
+            // const float* sin, float* part_o, float* part_ml, int* done, float* out), and
+            // attn_decode_serial_* the same without `done`: as rope_append and attn_split
+            // below; done holds max_step_tokens × kv_heads counters (zero between launches);
+            // out holds max_step_tokens × q_dim floats.
             return unsafe {
                 self.gpu.launch(
-                    self.k.attn_decode,
-                    (t as u32, kv_heads as u32, ATTN_SPLITS),
+                    kernel,
+                    (t as u32, kv_heads as u32, splits),
                     ATTN_THREADS,
-                    Args::new()
-                        .arg(&meta)
-                        .arg(&b.qkv.ptr)
-                        .arg(&b.kv.ptr)
-                        .arg(&b.tables.ptr)
-                        .arg(&geo)
-                        .arg(&heads)
-                        .arg(&kv_heads)
-                        .arg(&hd)
-                        .arg(&window)
-                        .arg(&scale)
-                        .arg(&l.q_norm.ptr)
-                        .arg(&l.k_norm.ptr)
-                        .arg(&eps)
-                        .arg(&b.cos.ptr)
-                        .arg(&b.sin.ptr)
-                        .arg(&b.part_o.ptr)
-                        .arg(&b.part_ml.ptr)
-                        .arg(&b.attn_done.ptr)
-                        .arg(&b.attn.ptr),
+                    args.arg(&b.attn.ptr),
                 )
             };
         }

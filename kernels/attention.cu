@@ -144,8 +144,9 @@ struct AttnTile {
 // compile time (64, 128, 256), else 0 and `head_dim` (≤ 32 and a multiple of 8, or a multiple
 // of 32 up to 256) is used. `kv` is not __restrict__: attn_decode writes the new position's key
 // and value in the same kernel. With PRELOADED, `tile` already holds the split's first tile
-// (attn_decode issues those loads before it rotates the queries).
-template <typename KV, int DIM, bool PRELOADED>
+// (attn_decode issues those loads before it rotates the queries). With KEEP the partial stays in
+// shared memory (o in sh.red[0], m and l in sh.m_run / sh.l_run) for a cluster merge instead.
+template <typename KV, int DIM, bool PRELOADED, bool KEEP = false>
 __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM>& sh,
                                              AttnTile<KV, DIM>& tile, const KV* kv,
                                              const int* __restrict__ table, KvGeometry geo,
@@ -267,51 +268,73 @@ __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM
         __syncthreads();
     }
     for (int i = tid; i < G * D; i += ATTN_THREADS) {
-        const int a = i / D, d = i % D;
-        const size_t pi = ((size_t)t * heads + g * G + a) * Z + z;
-        part_o[pi * D + d] = ((sh.red[0][i] + sh.red[1][i]) + sh.red[2][i]) + sh.red[3][i];
+        const float o = ((sh.red[0][i] + sh.red[1][i]) + sh.red[2][i]) + sh.red[3][i];
+        if (KEEP) {
+            sh.red[0][i] = o;  // element i is this thread's alone
+        } else {
+            const int a = i / D, d = i % D;
+            const size_t pi = ((size_t)t * heads + g * G + a) * Z + z;
+            part_o[pi * D + d] = o;
+        }
     }
-    if (tid < G) {
+    if (!KEEP && tid < G) {
         const size_t pi = ((size_t)t * heads + g * G + tid) * Z + z;
         part_ml[pi * 2] = sh.m_run[tid];
         part_ml[pi * 2 + 1] = sh.l_run[tid];
     }
 }
 
-// out[h][d] = sum_z e^(m_z - M) o_z[d] / sum_z e^(m_z - M) l_z for heads h0 .. h0 + G - 1
-// (partials p0(h) .. p0(h) + Z - 1, z in order), by the whole block: the heads' weights first
-// (one round trip), then every output element with all its split values loaded at once.
-// Partials are read past L1 (__ldcg): in attn_decode other blocks wrote them during this kernel.
-// Only splits z < nz are read: the others hold no tile (tile i goes to split i mod Z, so the
-// empty splits are the last ones), and an empty split adds exactly nothing (weight 0, l 0) —
-// merging nz or all Z gives the same bits.
-template <int MAXD>
-__device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float* part_o,
-                                              const float* part_ml, size_t t, int heads, int h0,
-                                              int G, int head_dim, float* __restrict__ out,
-                                              int nz = ATTN_SPLITS) {
+// The Z partials of a group of G heads as attn_split / attn_decode leave them in global memory:
+// o of (token t, head h0 + a, split z) at part_o[((t * heads + h0 + a) * Z + z) * head_dim + d],
+// m and l at part_ml[... * 2 + {0, 1}]. Read past L1 (__ldcg): in attn_decode other blocks wrote
+// them during this kernel.
+struct GlobalPartials {
+    const float* part_o;
+    const float* part_ml;
+    size_t t;
+    int heads, h0, head_dim;
+    __device__ __forceinline__ size_t at(int z, int a) const {
+        return ((t * heads + h0 + a) * ATTN_SPLITS + z);
+    }
+    __device__ __forceinline__ float o(int z, int a, int d) const {
+        return __ldcg(part_o + at(z, a) * head_dim + d);
+    }
+    __device__ __forceinline__ float m(int z, int a) const { return __ldcg(part_ml + at(z, a) * 2); }
+    __device__ __forceinline__ float l(int z, int a) const {
+        return __ldcg(part_ml + at(z, a) * 2 + 1);
+    }
+};
+
+// out[i] for i in [e0, e1) of the group (i = a * head_dim + d: head h0 + a, dimension d), with
+// out[a][d] = sum_z e^(m_z - M) o_z[d] / sum_z e^(m_z - M) l_z over the splits z in order, by the
+// whole block: the heads' weights first (one round trip), then every output element with all its
+// split values loaded at once. Only splits z < nz are read: the others hold no tile (tile i goes
+// to split i mod Z, so the empty splits are the last ones), and an empty split adds exactly
+// nothing (weight 0, l 0) — merging nz or all Z gives the same bits.
+template <int MAXD, typename Partials>
+__device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partials& p, int G,
+                                             int head_dim, int e0, int e1,
+                                             float* __restrict__ out, int nz) {
     const int tid = threadIdx.x;
-    // The partial values of this thread's first COMBINE_PRE elements load together with the
+    // The partial values of this thread's first MERGE_PRE elements load together with the
     // weights' inputs: one round trip for both.
-    constexpr int COMBINE_PRE = 2;
-    float pre[COMBINE_PRE][ATTN_SPLITS];
+    constexpr int MERGE_PRE = 2;
+    float pre[MERGE_PRE][ATTN_SPLITS];
 #pragma unroll
-    for (int r = 0; r < COMBINE_PRE; ++r) {
-        const int i = tid + r * blockDim.x;
-        if (i < G * head_dim) {
-            const size_t p0 = ((size_t)t * heads + h0 + i / head_dim) * ATTN_SPLITS;
+    for (int r = 0; r < MERGE_PRE; ++r) {
+        const int i = e0 + tid + r * blockDim.x;
+        if (i < e1) {
 #pragma unroll
             for (int z = 0; z < ATTN_SPLITS; ++z)
-                pre[r][z] = z < nz ? __ldcg(part_o + (p0 + z) * head_dim + i % head_dim) : 0.f;
+                pre[r][z] = z < nz ? p.o(z, i / head_dim, i % head_dim) : 0.f;
         }
     }
     if (tid < G) {
-        const size_t p0 = ((size_t)t * heads + h0 + tid) * ATTN_SPLITS;
         float m[ATTN_SPLITS], l[ATTN_SPLITS];
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z) {
-            m[z] = z < nz ? __ldcg(part_ml + (p0 + z) * 2) : -INFINITY;
-            l[z] = z < nz ? __ldcg(part_ml + (p0 + z) * 2 + 1) : 0.f;
+            m[z] = z < nz ? p.m(z, tid) : -INFINITY;
+            l[z] = z < nz ? p.l(z, tid) : 0.f;
         }
         float M = -INFINITY;
 #pragma unroll
@@ -334,22 +357,76 @@ __device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float*
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z)
             if (sh.wz[a][z] != 0.f) o += oz[z] * sh.wz[a][z];
-        out[(size_t)a * head_dim + i % head_dim] = o / sh.norm[a];
+        out[i] = o / sh.norm[a];
     };
 #pragma unroll
-    for (int r = 0; r < COMBINE_PRE; ++r) {
-        const int i = tid + r * blockDim.x;
-        if (i < G * head_dim) merge(pre[r], i);
+    for (int r = 0; r < MERGE_PRE; ++r) {
+        const int i = e0 + tid + r * blockDim.x;
+        if (i < e1) merge(pre[r], i);
     }
-    for (int i = tid + COMBINE_PRE * blockDim.x; i < G * head_dim; i += blockDim.x) {
-        const size_t p0 = ((size_t)t * heads + h0 + i / head_dim) * ATTN_SPLITS;
+    for (int i = e0 + tid + MERGE_PRE * blockDim.x; i < e1; i += blockDim.x) {
         float oz[ATTN_SPLITS];
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z)
-            oz[z] = z < nz ? __ldcg(part_o + (p0 + z) * head_dim + i % head_dim) : 0.f;
+            oz[z] = z < nz ? p.o(z, i / head_dim, i % head_dim) : 0.f;
         merge(oz, i);
     }
 }
+
+// Every output element of heads h0 .. h0 + G - 1 of token t from the partials in global memory.
+template <int MAXD>
+__device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float* part_o,
+                                              const float* part_ml, size_t t, int heads, int h0,
+                                              int G, int head_dim, float* __restrict__ out,
+                                              int nz = ATTN_SPLITS) {
+    const GlobalPartials p{part_o, part_ml, t, heads, h0, head_dim};
+    merge_splits(sh, p, G, head_dim, 0, G * head_dim, out, nz);
+}
+
+// Thread-block clusters (sm_90+): the blocks of a cluster run at once on one GPC and read each
+// other's shared memory.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "barrier.cluster.arrive.release.aligned;\n"
+        "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// The address of `p` (in this block's shared memory) in the shared memory of cluster block `rank`.
+__device__ __forceinline__ u32 cluster_map(const void* p, u32 rank) {
+    u32 out = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const u32 local = (u32)__cvta_generic_to_shared(p);
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(local), "r"(rank));
+#endif
+    return out;
+}
+
+__device__ __forceinline__ float cluster_load(u32 addr) {
+    float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+#endif
+    return v;
+}
+
+// The partials of attn_decode_cluster: split z's stayed in the shared memory of cluster block z
+// (attn_partial with KEEP): o in red[0], m and l in m_run / l_run.
+template <int MAXD>
+struct ClusterPartials {
+    const AttnShared<MAXD>* sh;
+    int head_dim;
+    __device__ __forceinline__ float o(int z, int a, int d) const {
+        return cluster_load(cluster_map(&sh->red[0][a * head_dim + d], z));
+    }
+    __device__ __forceinline__ float m(int z, int a) const {
+        return cluster_load(cluster_map(&sh->m_run[a], z));
+    }
+    __device__ __forceinline__ float l(int z, int a) const {
+        return cluster_load(cluster_map(&sh->l_run[a], z));
+    }
+};
 
 // Where token t's attention looks: its block-table row and visible span.
 struct TokenSpan {
@@ -527,6 +604,59 @@ __device__ __forceinline__ void attn_decode_serial_body(
                   nz);
 }
 
+// attn_decode with the Z split blocks of a (token, kv head) launched as one thread-block cluster
+// (sm_90+): each split's partial stays in its block's shared memory, and after a cluster barrier
+// every block merges a slice of the group's outputs from the others' shared memory. The same
+// partials and the same merge as attn_decode (same bits), without the partials' trip through
+// global memory, the fences and the counter.
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_decode_cluster_body(
+    StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
+    KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
+    const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
+    const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* __restrict__ out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    // The cluster spans z: one (token, kv head), so the early return below is cluster-wide.
+    const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+    const int tokens = meta.counts[0];
+    const TokenSpan s = token_span(meta, tables, geo, t, window);
+    if (t >= tokens) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
+    const int q_dim = heads * D, kv_dim = kv_heads * D;
+    const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
+    const float* cs = cos_t + (size_t)s.pos * (D / 2);
+    const float* sn = sin_t + (size_t)s.pos * (D / 2);
+    AttnTile<KV, DIM> tile;
+    const int epl = DIM ? AttnTile<KV, DIM>::MAX_EPL : (D >= 32 ? D / 32 : 1);
+    const int first_n = min(ATTN_TILE, s.span - z * ATTN_TILE);
+    if (first_n > 0) tile.load(kv, s.table, geo, g, D, epl, s.first + z * ATTN_TILE, first_n);
+    // As in attn_decode: metadata, block table and older KV only, until the projection is done.
+    pdl_enter();
+    for (int a = warp; a < G; a += ATTN_WARPS)
+        rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
+    const int new_tile = (s.pos - s.first) / ATTN_TILE;
+    if (new_tile % Z == z) {
+        write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
+        __syncthreads();
+        if (new_tile == z) tile.patch(sh.fresh, D, epl, s.pos - s.first - z * ATTN_TILE);
+    }
+    attn_partial<KV, DIM, true, true>(sh, tile, kv, s.table, geo, t, g, z, Z, heads, G, D,
+                                      s.first, s.span, scale, nullptr, nullptr);
+    // Every split's partial is complete and visible cluster-wide (release/acquire barrier).
+    cluster_sync();
+    const int E = G * D, per = (E + Z - 1) / Z;
+    const ClusterPartials<DIM ? DIM : ATTN_MAX_DIM> p{&sh, D};
+    merge_splits(sh, p, G, D, min(E, z * per), min(E, (z + 1) * per),
+                 out + (size_t)t * q_dim + g * G * D, Z);
+    // No block may leave while another still reads its shared memory.
+    cluster_sync();
+#else
+    __trap();  // launched only on sm_90+ (the host checks)
+#endif
+}
+
 // The split path's merge: one block per (token, kv head), the same arithmetic as attn_decode's.
 template <typename KV, int DIM>
 __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __restrict__ part_o,
@@ -563,6 +693,14 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
         attn_decode_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim,        \
                                   window, scale, q_norm, k_norm, eps, cos_t, sin_t, part_o,     \
                                   part_ml, done, out);                                          \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_cluster_##DT##SUFFIX( \
+        StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
+        int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
+        const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* out) {   \
+        attn_decode_cluster_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads,          \
+                                          head_dim, window, scale, q_norm, k_norm, eps, cos_t,  \
+                                          sin_t, out);                                          \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_serial_##DT##SUFFIX( \
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \

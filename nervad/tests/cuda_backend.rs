@@ -393,11 +393,11 @@ fn prefill_and_fused_decode_give_identical_bits() {
     }
 }
 
-/// The speed-only kernel variants (`KernelTuning`: the deep one-n-tile projection and the
-/// serial-split decode attention) give the same bits as the default kernels. Three sequences,
-/// one of them past 16 attention tiles (so some splits hold two tiles), are prefilled and then
-/// decoded side by side by a backend with both variants on everywhere and by one with neither;
-/// every logit of every decode step must match bit for bit.
+/// The speed-only kernel variants (`KernelTuning`: the deep one-n-tile projection, the
+/// serial-split and the cluster decode attention) give the same bits as the default kernels.
+/// Three sequences, one of them past 16 attention tiles (so some splits hold two tiles), are
+/// prefilled and then decoded side by side by backends with the variants on everywhere and by
+/// one with none; every logit of every decode step must match bit for bit.
 #[test]
 fn kernel_variants_give_identical_bits() {
     use nervad::backend::cuda::{CudaBackend, KernelTuning};
@@ -482,32 +482,45 @@ fn kernel_variants_give_identical_bits() {
             }
             logits
         };
-        let plain = run(KernelTuning {
-            deep_n1_blocks_per_sm: 0,
-            serial_attention_from: None,
-        });
-        let variants = run(KernelTuning {
-            deep_n1_blocks_per_sm: 1 << 20,
-            serial_attention_from: Some(1),
-        });
-        assert_eq!(plain.len(), variants.len());
+        let plain = run(KernelTuning::default());
         assert_eq!(plain.len(), decode_steps * lengths.len() * vocab);
-        if let Some(i) = plain
-            .iter()
-            .zip(&variants)
-            .position(|(a, b)| a.to_bits() != b.to_bits())
-        {
-            panic!(
-                "{preset:?}: logit {i} differs with the kernel variants: {} vs {}",
-                plain[i], variants[i]
+        let variants = [
+            (
+                "deep projections + serial attention",
+                KernelTuning {
+                    deep_n1_blocks_per_sm: 1 << 20,
+                    serial_attention_from: Some(1),
+                    cluster_attention: false,
+                },
+            ),
+            (
+                "cluster attention",
+                KernelTuning {
+                    cluster_attention: true,
+                    ..KernelTuning::default()
+                },
+            ),
+        ];
+        for (name, tuning) in variants {
+            let got = run(tuning);
+            assert_eq!(plain.len(), got.len());
+            if let Some(i) = plain
+                .iter()
+                .zip(&got)
+                .position(|(a, b)| a.to_bits() != b.to_bits())
+            {
+                panic!(
+                    "{preset:?}: logit {i} differs with {name}: {} vs {}",
+                    plain[i], got[i]
+                );
+            }
+            println!(
+                "{preset:?}: {name} bit-identical to the defaults ({decode_steps} decode steps \
+                 of {} sequences, spans up to {})",
+                lengths.len(),
+                lengths[0] + decode_steps
             );
         }
-        println!(
-            "{preset:?}: deep projections and serial attention bit-identical to the defaults \
-             ({decode_steps} decode steps of {} sequences, spans up to {})",
-            lengths.len(),
-            lengths[0] + decode_steps
-        );
     }
 }
 

@@ -372,14 +372,65 @@ impl Gpu {
         block: u32,
         args: Args<'_>,
     ) -> Result<(), BackendError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_with(k, grid, block, None, args) }
+    }
+
+    /// Enqueue `k` with its blocks grouped in thread-block clusters of `cluster` (sm_90+; a
+    /// cluster of more than 8 blocks needs `allow_large_clusters` on `k` first).
+    ///
+    /// # Safety
+    /// As `launch`; and `grid` must be a multiple of `cluster` in every dimension.
+    pub unsafe fn launch_clustered(
+        &mut self,
+        k: Kernel,
+        grid: (u32, u32, u32),
+        block: u32,
+        cluster: (u32, u32, u32),
+        args: Args<'_>,
+    ) -> Result<(), BackendError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_with(k, grid, block, Some(cluster), args) }
+    }
+
+    /// # Safety
+    /// As `launch_clustered` (no cluster: as `launch`).
+    unsafe fn launch_with(
+        &mut self,
+        k: Kernel,
+        grid: (u32, u32, u32),
+        block: u32,
+        cluster: Option<(u32, u32, u32)>,
+        args: Args<'_>,
+    ) -> Result<(), BackendError> {
         let mut args = args;
-        let mut attr = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        let none = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_IGNORE,
             pad: [0; 4],
-            value: sys::CUlaunchAttributeValue {
-                programmaticStreamSerializationAllowed: 1,
-            },
+            value: sys::CUlaunchAttributeValue { pad: [0; 64] },
         };
+        let mut attrs = [none; 2];
+        let mut n = 0;
+        if self.programmatic {
+            attrs[n] = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: sys::CUlaunchAttributeValue {
+                    programmaticStreamSerializationAllowed: 1,
+                },
+            };
+            n += 1;
+        }
+        if let Some((x, y, z)) = cluster {
+            attrs[n] = sys::CUlaunchAttribute {
+                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                pad: [0; 4],
+                value: sys::CUlaunchAttributeValue {
+                    clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z },
+                },
+            };
+            n += 1;
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -389,11 +440,11 @@ impl Gpu {
             blockDimZ: 1,
             sharedMemBytes: 0,
             hStream: self.stream,
-            attrs: &mut attr,
-            numAttrs: u32::from(self.programmatic),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
         };
         // SAFETY: the caller guarantees the argument list; the values behind the pointers live
-        // for this call ('a), and cuLaunchKernelEx copies them (and reads `config` and `attr`,
+        // for this call ('a), and cuLaunchKernelEx copies them (and reads `config` and `attrs`,
         // which outlive the call) before returning.
         unsafe {
             sys::cuLaunchKernelEx(&config, k.f, args.ptrs.as_mut_ptr(), std::ptr::null_mut())
@@ -401,6 +452,57 @@ impl Gpu {
         .result()?;
         self.counters.launches += 1;
         Ok(())
+    }
+
+    /// Let `k` run in clusters of more than 8 blocks (up to 16 on Hopper).
+    pub fn allow_large_clusters(&self, k: Kernel) -> Result<(), BackendError> {
+        // SAFETY: k.f is a valid function of a loaded module; the attribute takes 0 or 1.
+        unsafe {
+            sys::cuFuncSetAttribute(
+                k.f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                1,
+            )
+        }
+        .result()?;
+        Ok(())
+    }
+
+    /// How many clusters of `cluster` blocks of `block` threads can be resident at once (0:
+    /// the kernel cannot be launched that way on this device).
+    pub fn max_active_clusters(
+        &self,
+        k: Kernel,
+        block: u32,
+        cluster: (u32, u32, u32),
+    ) -> Result<i32, BackendError> {
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue {
+                clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+                    x: cluster.0,
+                    y: cluster.1,
+                    z: cluster.2,
+                },
+            },
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: cluster.0,
+            gridDimY: cluster.1,
+            gridDimZ: cluster.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: self.stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        let mut n = 0i32;
+        // SAFETY: k.f is a valid function; config and attr live for the call; n is written.
+        unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, k.f, &config) }.result()?;
+        Ok(n)
     }
 
     /// Copy `src` into device memory at `dst` (stream-ordered; `src` must be pinned or the copy

@@ -115,8 +115,8 @@ pub struct CudaOptions {
 
 /// Kernel variants that give the same bits as the kernels they stand in for (GPU test
 /// `kernel_variants_give_identical_bits`), so choosing one changes only speed. Off by default
-/// until measured on the device (BENCHMARKS.md); `NERVA_MMA_DEEP` and `NERVA_ATTN_SERIAL` set
-/// them for a process. The default is neither.
+/// until measured on the device (BENCHMARKS.md); `NERVA_MMA_DEEP`, `NERVA_ATTN_SERIAL` and
+/// `NERVA_ATTN_CLUSTER` set them for a process. The default is none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelTuning {
     /// One-n-tile tensor-core projections (1–8 tokens) with at most this many 16-row blocks
@@ -126,11 +126,15 @@ pub struct KernelTuning {
     /// Decode-only steps of at least this many tokens run attention as one block per (token,
     /// kv head) that computes and merges its splits itself (`attn_decode_serial`); None never.
     pub serial_attention_from: Option<usize>,
+    /// Decode attention's split blocks of a (token, kv head) run as one thread-block cluster
+    /// and merge through each other's shared memory (`attn_decode_cluster`, sm_90+; elsewhere,
+    /// or where the device cannot hold such a cluster, the default kernel runs).
+    pub cluster_attention: bool,
 }
 
 impl KernelTuning {
-    /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>` and `NERVA_ATTN_SERIAL=<tokens>`
-    /// (`0` turns a variant off) applied.
+    /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>` and
+    /// `NERVA_ATTN_CLUSTER=1` (`0` turns a variant off) applied.
     pub fn from_env() -> Self {
         let var = |name: &str| {
             std::env::var(name)
@@ -145,6 +149,7 @@ impl KernelTuning {
                 Some(n) => Some(n),
                 None => d.serial_attention_from,
             },
+            cluster_attention: var("NERVA_ATTN_CLUSTER").map_or(d.cluster_attention, |v| v != 0),
         }
     }
 }
@@ -255,6 +260,8 @@ struct Kernels {
     attn_decode: Kernel,
     /// attn_decode's arithmetic with one block per (token, kv head) (`KernelTuning`).
     attn_decode_serial: Kernel,
+    /// attn_decode's arithmetic with the split blocks in one cluster (`KernelTuning`, sm_90+).
+    attn_decode_cluster: Kernel,
     prepare: Kernel,
     sample: Kernel,
     read_bandwidth: Kernel,
@@ -1137,6 +1144,7 @@ impl CudaBackend {
                         format!("attn_combine_{dt}{d}"),
                         format!("attn_decode_{dt}{d}"),
                         format!("attn_decode_serial_{dt}{d}"),
+                        format!("attn_decode_cluster_{dt}{d}"),
                     ]
                 }
                 "sampling.cu" => vec!["logits_prepare".into(), "sample_rows".into()],
@@ -1169,6 +1177,7 @@ impl CudaBackend {
             attn_combine: module_kernels[3][1],
             attn_decode: module_kernels[3][2],
             attn_decode_serial: module_kernels[3][3],
+            attn_decode_cluster: module_kernels[3][4],
             prepare: module_kernels[4][0],
             sample: module_kernels[4][1],
             read_bandwidth: module_kernels[5][0],
@@ -1190,6 +1199,24 @@ impl CudaBackend {
                 }
             }),
         };
+        let mut tuning = cuda.tuning;
+        if tuning.cluster_attention {
+            let fits = if arch >= 90 {
+                gpu.allow_large_clusters(k.attn_decode_cluster)?;
+                let cluster = (1, 1, ATTN_SPLITS);
+                gpu.max_active_clusters(k.attn_decode_cluster, ATTN_THREADS, cluster)? > 0
+            } else {
+                false
+            };
+            if !fits {
+                tracing::warn!(
+                    arch,
+                    "cluster attention needs sm_90+ and room for {ATTN_SPLITS}-block clusters; \
+                     the default attention kernel runs"
+                );
+                tuning.cluster_attention = false;
+            }
+        }
         let blas = if !cuda.fast_prefill && cuda.projections == Projections::Tensor {
             None
         } else if !Blas::present() {
@@ -1261,7 +1288,7 @@ impl CudaBackend {
             mark: CounterMark::new(DriverCounters::default()),
             clock,
             sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
-            tuning: cuda.tuning,
+            tuning,
             gpu,
         };
         backend.capture_buckets()?;
@@ -1706,10 +1733,14 @@ impl CudaBackend {
         let geo = self.geometry(li);
         if one_per_seq {
             // Past `serial_attention_from` tokens one block per (token, kv head) computes every
-            // split (same bits, no counter); else ATTN_SPLITS blocks and the last merges.
+            // split; else ATTN_SPLITS blocks, merged through shared memory in a cluster or by
+            // the last to finish. The same bits every way (KernelTuning).
             let serial = self.tuning.serial_attention_from.is_some_and(|n| t >= n);
+            let cluster = !serial && self.tuning.cluster_attention;
             let (kernel, splits) = if serial {
                 (self.k.attn_decode_serial, 1)
+            } else if cluster {
+                (self.k.attn_decode_cluster, ATTN_SPLITS)
             } else {
                 (self.k.attn_decode, ATTN_SPLITS)
             };
@@ -1728,28 +1759,36 @@ impl CudaBackend {
                 .arg(&l.k_norm.ptr)
                 .arg(&eps)
                 .arg(&b.cos.ptr)
-                .arg(&b.sin.ptr)
-                .arg(&b.part_o.ptr)
-                .arg(&b.part_ml.ptr);
-            let args = if serial {
+                .arg(&b.sin.ptr);
+            let args = if cluster {
+                args
+            } else {
+                args.arg(&b.part_o.ptr).arg(&b.part_ml.ptr)
+            };
+            let args = if serial || cluster {
                 args
             } else {
                 args.arg(&b.attn_done.ptr)
             };
+            let args = args.arg(&b.attn.ptr);
+            let grid = (t as u32, kv_heads as u32, splits);
             // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
             // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
             // const float* q_norm, const float* k_norm, float eps, const float* cos,
-            // const float* sin, float* part_o, float* part_ml, int* done, float* out), and
-            // attn_decode_serial_* the same without `done`: as rope_append and attn_split
+            // const float* sin, float* part_o, float* part_ml, int* done, float* out);
+            // attn_decode_serial_* the same without `done`, attn_decode_cluster_* without
+            // part_o, part_ml and done (launched in clusters of the ATTN_SPLITS blocks of a
+            // token and kv head, which grid z spans exactly): as rope_append and attn_split
             // below; done holds max_step_tokens × kv_heads counters (zero between launches);
             // out holds max_step_tokens × q_dim floats.
             return unsafe {
-                self.gpu.launch(
-                    kernel,
-                    (t as u32, kv_heads as u32, splits),
-                    ATTN_THREADS,
-                    args.arg(&b.attn.ptr),
-                )
+                if cluster {
+                    let dims = (1, 1, ATTN_SPLITS);
+                    self.gpu
+                        .launch_clustered(kernel, grid, ATTN_THREADS, dims, args)
+                } else {
+                    self.gpu.launch(kernel, grid, ATTN_THREADS, args)
+                }
             };
         }
         // SAFETY: rope_append_*(StepMeta, const float* qkv, float* q_out, KV* kv,

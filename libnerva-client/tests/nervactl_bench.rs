@@ -139,12 +139,22 @@ fn fork_stores_the_shared_prompt_once_and_each_mode_has_its_own_peak() {
     // A cold prefix cache for the fork's own prompt.
     assert_eq!(fork["prefix_hit_pages"], 0, "{fork}");
     let peak = |m: &Value| m["kv_pages_peak"].as_u64().expect("kv_pages_peak");
-    // The fork: the two full prompt pages once, plus at least a page per sample.
+    // The fork: the two full prompt pages once, plus per sample its copy of the partial third
+    // page and the fourth (40 + 16 positions): at most 2 + 8 × 2, at least a page per sample.
     assert!(peak(fork) >= 2 + 8, "{v}");
     assert!(
-        peak(fork) < peak(at_once),
-        "the fork holds its prompt once, the requests at once each their own: {v}"
+        peak(fork) <= 2 + 8 * 2,
+        "the fork holds its prompt's full pages once: {v}"
     );
+    // Requests submitted at once share the prompt only through the prefix cache, when they are
+    // admitted after the first one's prefill filled its pages (timing); where none did, each
+    // held its own prompt.
+    if at_once["prefix_hit_pages"] == 0 {
+        assert!(
+            peak(fork) < peak(at_once),
+            "the fork holds its prompt once, the requests at once each their own: {v}"
+        );
+    }
     // One request at a time holds one request's pages (55 positions: 4 pages), not the peak of
     // a mode before it.
     assert!(peak(sequential) < peak(fork), "{v}");

@@ -18,6 +18,12 @@
 // fragment layout places at logical k 2c, 2c+1 (a0 a1 / b0 b1) and 2c+8, 2c+9 (a4 a5 / b2 b3);
 // the tokens' x̂ is loaded with the same permutation, so the sum is over the right pairs.
 //
+// Token tiles: a launch may split its tokens over `token_tiles` blocks per row tile (block b takes
+// row tile b / token_tiles and token tiles b % token_tiles, b % token_tiles + token_tiles, ...),
+// so that projections with few rows still give every SM blocks; the blocks of a row tile are
+// adjacent, run together and read its weights once from memory between them (L2). 1: one block
+// walks all of a row tile's tokens. Which block computes an output changes none of its bits.
+//
 // Prologue (IN): RMS – RMSNorm of f32 rows computed in the block (only for one n-tile, T ≤ 8;
 // rows_rms_inv, as to_half, so a prepared x̂ has the same bits); PLAIN – f32
 // rows rounded as they are; HALF – x̂ prepared by to_half (many tokens: read once as 16-bit).
@@ -117,13 +123,17 @@ __device__ __forceinline__ void load_weights(const W* __restrict__ w, int row0, 
         }
 }
 
-template <typename W, int NT, int MT, int IN, int EPI, int DEEP>
+template <typename W, int NT, int MT, int IN, int EPI, int DEEP, int SPLIT>
 __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* __restrict__ bias,
                                          const float* __restrict__ x, int x_stride,
                                          const W* __restrict__ xh, const int* __restrict__ x_rows,
                                          const float* __restrict__ norm_w, float eps, int K,
-                                         int R, int T, float* __restrict__ y, int y_stride) {
+                                         int R, int T, float* __restrict__ y, int y_stride,
+                                         int split_tiles) {
     constexpr int TT = 8 * NT;
+    // Only the split variants (SPLIT) take token tiles from the launch: the others keep their
+    // loop bounds compile-time (fewer registers).
+    const int token_tiles = SPLIT ? split_tiles : 1;
     constexpr int ROWS = 16 * MT;
     // Groups of weights in flight per warp: deep where few accumulators leave registers free
     // (one n-tile: batch 1 must read at the bandwidth with only R / 16 blocks).
@@ -136,10 +146,11 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     __shared__ int rows_s[TT];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, c = lane & 3;
-    const int row0 = blockIdx.x * ROWS;
+    const int row0 = (blockIdx.x / token_tiles) * ROWS;
+    const int first = (blockIdx.x % token_tiles) * TT;
     const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
 
-    for (int t0 = 0; t0 < T; t0 += TT) {
+    for (int t0 = first; t0 < T; t0 += TT * token_tiles) {
         // The first groups' weights do not depend on the previous kernel: their loads go out
         // before the prologue.
         uint4 wr[DEPTH][MT][2][2];
@@ -149,7 +160,7 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
             if (gi < groups) load_weights<W, MT>(w, row0, R, K, gi * MMA_GROUP, g, c, wr[d]);
         }
         // Weights only until the previous kernel is done: these loads overlap its drain.
-        if (t0 == 0) pdl_enter();
+        if (t0 == first) pdl_enter();
         __syncthreads();
         if (tid < TT) {
             const int t = t0 + tid < T ? t0 + tid : t0;
@@ -271,27 +282,34 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     }
 }
 
-#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP)                                              \
+#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT, DEEP))   \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
-             int K, int R, int T, float* __restrict__ y, int y_stride) {                      \
-        mma_body<W, NT, MT, IN, EPI, DEEP>(w, bias, x, x_stride, xh, x_rows, norm_w, eps, K, R,  \
-                                           T, y, y_stride);                                   \
+             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles) {     \
+        mma_body<W, NT, MT, IN, EPI, DEEP, SPLIT>(w, bias, x, x_stride, xh, x_rows, norm_w, eps, \
+                                                  K, R, T, y, y_stride, token_tiles);          \
     }
 
 // Per dtype and epilogue: the in-kernel norm/rounding for one n-tile (1-8 tokens, 16-row tiles:
 // all SMs busy at batch 1); inputs prepared by to_half for 2 and 4 n-tiles, and 8 n-tiles with
 // two 16-row tiles per warp (past 32 tokens, in passes of 64: half the blocks re-read x̂). A
 // 16-n-tile variant (128 tokens per pass) measured slower than two passes of this one
-// (BENCHMARKS.md, 2026-11-23 third session).
+// (BENCHMARKS.md, 2026-11-23 third session). n1d: n1 with deeper prefetch (MMA_DEEP_DEPTH);
+// n1h: one n-tile with inputs prepared by to_half (3–8 tokens: the in-kernel norm and rounding
+// of 8 f32 rows per group cost more than the prepare launch; KernelTuning); n2s, n4s, n8m2s: the
+// multi-tile variants taking token tiles from the launch (KernelTuning).
 #define MMA_FAMILY(MODE, IN1, EPI, DT, W)                                   \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI, 0)                 \
-    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI, 0)            \
-    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI, 0)            \
-    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI, 0)          \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1d, W, 1, 1, IN1, EPI, 1)
+    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI, 0, 0)              \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI, 0, 0)         \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI, 0, 0)         \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI, 0, 0)       \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1d, W, 1, 1, IN1, EPI, 1, 0)             \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1h, W, 1, 1, MIN_HALF, EPI, 0, 0)        \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1)        \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1)        \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

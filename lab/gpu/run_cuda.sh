@@ -39,20 +39,23 @@ if has pdl; then
   done 2>&1 | tee "$O/pdl.log"
 fi
 if has variants; then
-  # The speed-only kernel variants (KernelTuning), each setting in its own process; bits are the
-  # same (GPU test kernel_variants_give_identical_bits). NERVA_MMA_DEEP = blocks per SM up to
-  # which one-n-tile projections run deep; NERVA_ATTN_SERIAL = decode tokens from which attention
-  # runs one block per (token, kv head); NERVA_ATTN_CLUSTER = split blocks merge in a cluster.
-  for p in qwen3-0.6b qwen3-8b; do
+  # The speed-only kernel variants (KernelTuning), each alone and all together, each setting in
+  # its own process; bits are the same (GPU test kernel_variants_give_identical_bits).
+  # NERVA_MMA_DEEP = blocks per SM up to which one-n-tile projections run deep;
+  # NERVA_ATTN_SERIAL = decode tokens from which attention runs one block per (token, kv head);
+  # NERVA_ATTN_CLUSTER = split blocks merge in a cluster; NERVA_MMA_PREPARED = tokens from which
+  # inputs are prepared by to_half; NERVA_MMA_SPLIT = token tiles split over blocks.
+  cfgs=("NERVA_PDL=1" "NERVA_MMA_DEEP=2" "NERVA_MMA_DEEP=1000" "NERVA_ATTN_CLUSTER=1"
+        "NERVA_ATTN_SERIAL=8" "NERVA_ATTN_SERIAL=32" "NERVA_MMA_PREPARED=3" "NERVA_MMA_SPLIT=1"
+        "NERVA_MMA_DEEP=2 NERVA_ATTN_CLUSTER=1 NERVA_ATTN_SERIAL=32 NERVA_MMA_PREPARED=3 NERVA_MMA_SPLIT=1")
+  for p in ${VARIANT_MODELS:-qwen3-0.6b qwen3-8b}; do
     model $p
-    for cfg in "0 0 0" "2 0 0" "1000 0 0" "0 0 1" "0 8 0" "0 32 0" "2 32 1"; do
-      set -- $cfg
-      echo "== $p mma_deep=$1 attn_serial=$2 attn_cluster=$3"
-      NERVA_MMA_DEEP=$1 NERVA_ATTN_SERIAL=$2 NERVA_ATTN_CLUSTER=$3 timeout 150 "$B/gpu_decode" \
-        --model $M/$p --batch ${VARIANT_BATCH:-1,8,32,64} --prefill "" --json 2>&1 \
-        | grep -E "^\{|bandwidth|^\| [0-9]|WARN"
+    for cfg in "${cfgs[@]}"; do
+      echo "== $p $cfg"
+      env $cfg timeout 150 "$B/gpu_decode" --model $M/$p --batch ${VARIANT_BATCH:-1,8,32,64} \
+        --prefill ${VARIANT_PREFILL:-1024} --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]|WARN|prefill"
     done
-  done 2>&1 | tee "$O/variants.log"
+  done 2>&1 | tee -a "$O/variants.log"
 fi
 if has ncu; then
   # One 8B decode layer per projection mode, each kernel profiled alone (ncu serializes them

@@ -274,7 +274,7 @@ impl Bench {
         let region = self.weights.bytes;
         let x_stride = shape.k as i32;
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
-        let (eps, null, t0) = (1e-6f32, 0u64, 0i32);
+        let (eps, null, t0, tiles) = (1e-6f32, 0u64, 0i32, 1i32);
         let xh = if t > 8 { xa } else { 0 };
         self.time(|gpu, i| {
             let w = wbase + weight_offset(shape, region, i);
@@ -298,7 +298,8 @@ impl Bench {
                     )
                 }?;
             }
-            // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride): w
+            // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
+            // token_tiles = 1): w
             // covers R×K bf16 inside the weights region, x T rows of K f32, xh null or T × K
             // bf16, y T rows of R f32 (scratch), norm K f32; bias and rows null.
             unsafe {
@@ -319,7 +320,8 @@ impl Bench {
                         .arg(&r)
                         .arg(&ti)
                         .arg(&y)
-                        .arg(&r),
+                        .arg(&r)
+                        .arg(&tiles),
                 )
             }
         })
@@ -406,7 +408,7 @@ fn run(cli: &Cli) -> Res<()> {
             two_rows.push((m, load(&mut gpu, names("_r2"))?));
         }
     }
-    // Tensor-core projections: per mode its five variants and its input preparation.
+    // Tensor-core projections: per mode its variants (MMA_VARIANTS) and its input preparation.
     let mut mma_families = Vec::new();
     for (mode, m) in modes {
         let names: Vec<String> = MMA_VARIANTS

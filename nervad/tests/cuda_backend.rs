@@ -393,11 +393,13 @@ fn prefill_and_fused_decode_give_identical_bits() {
     }
 }
 
-/// The speed-only kernel variants (`KernelTuning`: the deep one-n-tile projection, the
-/// serial-split and the cluster decode attention) give the same bits as the default kernels.
-/// Three sequences, one of them past 16 attention tiles (so some splits hold two tiles), are
-/// prefilled and then decoded side by side by backends with the variants on everywhere and by
-/// one with none; every logit of every decode step must match bit for bit.
+/// The speed-only kernel variants (`KernelTuning`: the deep one-n-tile projection, inputs
+/// prepared for one n-tile, token-split multi-tile projections, the serial-split and the
+/// cluster decode attention) give the same bits as the default kernels. Twenty sequences, one
+/// of them past 16 attention tiles (so some splits hold two), are prefilled and then decoded in
+/// steps of 20, 5 and 1 sequences (the split, prepared and one-token paths) by backends with
+/// the variants on and by one with none; every logit of every decode step must match bit for
+/// bit (and the prompts' KV, written by the variants' prefill launches, feeds those logits).
 #[test]
 fn kernel_variants_give_identical_bits() {
     use nervad::backend::cuda::{CudaBackend, KernelTuning};
@@ -409,15 +411,23 @@ fn kernel_variants_give_identical_bits() {
         &[Preset::Tiny]
     };
     const PAGES: u32 = 48;
-    let lengths = [600usize, 130, 17];
-    let decode_steps = 6;
+    const SEQS: usize = 20;
+    let lengths: Vec<usize> = (0..SEQS)
+        .map(|s| match s {
+            0 => 600,
+            1 => 130,
+            s => 17 + 7 * s,
+        })
+        .collect();
+    // Sequences in each decode step: all, the first five, all, the first five, one, all.
+    let steps = [SEQS, 5, SEQS, 5, 1, SEQS];
     for &preset in presets {
         let dir = checkpoint(preset);
         let model = LoadedModel::load(&dir).expect("load");
         let config = model.config.clone();
         let vocab = config.vocab_size;
         let options = BackendOptions {
-            max_seqs: 4,
+            max_seqs: 24,
             max_step_tokens: 640,
             page_tokens: 16,
             kv_budget_bytes: 64 << 20,
@@ -434,7 +444,7 @@ fn kernel_variants_give_identical_bits() {
                     .collect()
             })
             .collect();
-        let tables: Vec<Vec<u32>> = (0..lengths.len() as u32)
+        let tables: Vec<Vec<u32>> = (0..SEQS as u32)
             .map(|s| (s * PAGES..(s + 1) * PAGES).collect())
             .collect();
         let params = SamplingParams::default();
@@ -446,7 +456,7 @@ fn kernel_variants_give_identical_bits() {
             for (s, prompt) in prompts.iter().enumerate() {
                 b.start_sequence(s as u32, &params, s as u64, prompt)
                     .unwrap();
-                // The prompt's KV (the same kernels either way); logits from the decode steps.
+                // The prompt's KV; logits from the decode steps.
                 let step = SeqStep {
                     slot: s as u32,
                     tokens: prompt,
@@ -458,19 +468,16 @@ fn kernel_variants_give_identical_bits() {
                 };
                 b.step(&[step], &mut out).unwrap();
             }
-            let fed: Vec<Vec<u32>> = (0..decode_steps as u32)
-                .map(|k| {
-                    (0..3)
-                        .map(|s| (17 + 7 * k + 3 * s) % vocab as u32)
-                        .collect()
-                })
-                .collect();
-            for (k, toks) in fed.iter().enumerate() {
-                let batch: Vec<SeqStep<'_>> = (0..lengths.len())
+            let mut pos = lengths.clone();
+            for (k, &n) in steps.iter().enumerate() {
+                let toks: Vec<u32> = (0..n as u32)
+                    .map(|s| (17 + 7 * k as u32 + 3 * s) % vocab as u32)
+                    .collect();
+                let batch: Vec<SeqStep<'_>> = (0..n)
                     .map(|s| SeqStep {
                         slot: s as u32,
                         tokens: &toks[s..s + 1],
-                        start_pos: (lengths[s] + k) as u32,
+                        start_pos: pos[s] as u32,
                         block_table: &tables[s],
                         sample: false,
                         want_logits: true,
@@ -479,23 +486,28 @@ fn kernel_variants_give_identical_bits() {
                     .collect();
                 b.step(&batch, &mut out).unwrap();
                 logits.extend_from_slice(&out.logits);
+                for p in &mut pos[..n] {
+                    *p += 1;
+                }
             }
             logits
         };
         let plain = run(KernelTuning::default());
-        assert_eq!(plain.len(), decode_steps * lengths.len() * vocab);
+        assert_eq!(plain.len(), steps.iter().sum::<usize>() * vocab);
         let variants = [
             (
                 "deep projections + serial attention",
                 KernelTuning {
                     deep_n1_blocks_per_sm: 1 << 20,
                     serial_attention_from: Some(1),
-                    cluster_attention: false,
+                    ..KernelTuning::default()
                 },
             ),
             (
-                "cluster attention",
+                "prepared inputs + token-split projections + cluster attention",
                 KernelTuning {
+                    prepared_from: 3,
+                    token_split: true,
                     cluster_attention: true,
                     ..KernelTuning::default()
                 },
@@ -515,10 +527,9 @@ fn kernel_variants_give_identical_bits() {
                 );
             }
             println!(
-                "{preset:?}: {name} bit-identical to the defaults ({decode_steps} decode steps \
-                 of {} sequences, spans up to {})",
-                lengths.len(),
-                lengths[0] + decode_steps
+                "{preset:?}: {name} bit-identical to the defaults (decode steps of {steps:?} \
+                 sequences, spans up to {})",
+                lengths[0] + steps.len()
             );
         }
     }

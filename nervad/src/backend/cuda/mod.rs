@@ -115,8 +115,9 @@ pub struct CudaOptions {
 
 /// Kernel variants that give the same bits as the kernels they stand in for (GPU test
 /// `kernel_variants_give_identical_bits`), so choosing one changes only speed. Off by default
-/// until measured on the device (BENCHMARKS.md); `NERVA_MMA_DEEP`, `NERVA_ATTN_SERIAL` and
-/// `NERVA_ATTN_CLUSTER` set them for a process. The default is none.
+/// until measured on the device (BENCHMARKS.md); `NERVA_MMA_DEEP`, `NERVA_ATTN_SERIAL`,
+/// `NERVA_ATTN_CLUSTER`, `NERVA_MMA_PREPARED` and `NERVA_MMA_SPLIT` set them for a process. The
+/// default is none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelTuning {
     /// One-n-tile tensor-core projections (1–8 tokens) with at most this many 16-row blocks
@@ -130,11 +131,19 @@ pub struct KernelTuning {
     /// and merge through each other's shared memory (`attn_decode_cluster`, sm_90+; elsewhere,
     /// or where the device cannot hold such a cluster, the default kernel runs).
     pub cluster_attention: bool,
+    /// Launches of at least this many tokens read inputs prepared by to_half (one-n-tile
+    /// launches through `mma_*_n1h`); at most 9 (past 8 tokens they always are), 0 for the
+    /// default 9.
+    pub prepared_from: usize,
+    /// Past 8 tokens, split a launch's tokens over several blocks per row tile where one block
+    /// per row tile would leave SMs idle (`mma_launch`).
+    pub token_split: bool,
 }
 
 impl KernelTuning {
-    /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>` and
-    /// `NERVA_ATTN_CLUSTER=1` (`0` turns a variant off) applied.
+    /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>`,
+    /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>` and `NERVA_MMA_SPLIT=1` (`0` turns a
+    /// variant off) applied.
     pub fn from_env() -> Self {
         let var = |name: &str| {
             std::env::var(name)
@@ -150,6 +159,8 @@ impl KernelTuning {
                 None => d.serial_attention_from,
             },
             cluster_attention: var("NERVA_ATTN_CLUSTER").map_or(d.cluster_attention, |v| v != 0),
+            prepared_from: var("NERVA_MMA_PREPARED").unwrap_or(d.prepared_from),
+            token_split: var("NERVA_MMA_SPLIT").map_or(d.token_split, |v| v != 0),
         }
     }
 }
@@ -443,13 +454,24 @@ struct MmaFamily {
     n4: Kernel,
     n8m2: Kernel,
     n1_deep: Kernel,
+    /// One n-tile reading inputs prepared by to_half.
+    n1_half: Kernel,
+    /// n2, n4, n8m2 taking token tiles from the launch.
+    split: [Kernel; 3],
 }
 
 /// The mma.cu variants of a projection, in `mma_variant`'s numbering (kernel
-/// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`).
-pub const MMA_VARIANTS: [&str; 5] = ["n1", "n2", "n4", "n8m2", "n1d"];
+/// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
+/// one-n-tile variant on prepared inputs (`MMA_HALF`) and the token-split multi-tile ones.
+pub const MMA_VARIANTS: [&str; 9] = [
+    "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s",
+];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
+/// Index of the one-n-tile variant on prepared inputs in `MMA_VARIANTS`.
+pub const MMA_HALF: usize = 5;
+/// Index of the first token-split variant (n2s, then n4s, n8m2s) in `MMA_VARIANTS`.
+pub const MMA_SPLIT: usize = 6;
 
 /// Which of `MMA_VARIANTS` runs a launch of `t` tokens, and its rows per block. One pass reads
 /// the weights once: up to 64 tokens do; past 32 the blocks take 32 rows so that fewer of them
@@ -464,15 +486,77 @@ pub fn mma_variant(t: usize) -> (usize, u32) {
     }
 }
 
-impl MmaFamily {
-    /// Kernel and rows per block for a launch of `t` tokens (`mma_variant`), the deep variant
-    /// for one n-tile when `deep`.
-    fn pick(&self, t: usize, deep: bool) -> (Kernel, u32) {
-        let (v, rows) = mma_variant(t);
-        if v == 0 && deep {
-            return (self.n1_deep, rows);
+/// How a tensor-core projection launch is shaped (`mma_launch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaLaunch {
+    /// Index into `MMA_VARIANTS`.
+    pub variant: usize,
+    /// Weight rows per block.
+    pub rows: u32,
+    /// Blocks per row tile, each taking every `token_tiles`-th token tile (1: one block walks
+    /// all tokens).
+    pub token_tiles: u32,
+    /// Inputs prepared by to_half first.
+    pub prepared: bool,
+}
+
+/// The launch of `t` tokens over `r` weight rows on `sms` multiprocessors under `tuning`:
+/// `mma_variant` by default; the deep one-n-tile variant for projections of at most
+/// `deep_n1_blocks_per_sm` blocks per SM; prepared inputs from `prepared_from` tokens; and with
+/// `token_split`, past 8 tokens the widest token tile (64, 32 or 16 tokens, more than half of
+/// them used) whose blocks give every SM at least two, split over as many blocks per row tile
+/// as the tokens need (else the 16-token tile).
+pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
+    let (variant, rows) = mma_variant(t);
+    let prepared = t > 8 || (tuning.prepared_from > 0 && t >= tuning.prepared_from);
+    let one = |variant, rows| MmaLaunch {
+        variant,
+        rows,
+        token_tiles: 1,
+        prepared,
+    };
+    if t <= 8 {
+        if prepared {
+            return one(MMA_HALF, 16);
         }
-        ([self.n1, self.n2, self.n4, self.n8m2][v], rows)
+        let deep = tuning.deep_n1_blocks_per_sm > 0
+            && r.div_ceil(16) <= tuning.deep_n1_blocks_per_sm * sms;
+        return one(if deep { MMA_DEEP } else { variant }, rows);
+    }
+    if !tuning.token_split {
+        return one(variant, rows);
+    }
+    // (variant without and with token tiles, rows per block, tokens per tile), widest first.
+    const SHAPES: [(usize, usize, u32, usize); 3] = [
+        (3, MMA_SPLIT + 2, 32, 64),
+        (2, MMA_SPLIT + 1, 16, 32),
+        (1, MMA_SPLIT, 16, 16),
+    ];
+    // A tile more than half full, whose blocks give every SM two.
+    let fits = |&&(_, _, rows, tile): &&(usize, usize, u32, usize)| {
+        2 * t > tile && r.div_ceil(rows as usize) * t.div_ceil(tile) >= 2 * sms
+    };
+    let &(plain, split, rows, tile) = SHAPES.iter().find(fits).unwrap_or(&SHAPES[2]);
+    let token_tiles = t.div_ceil(tile) as u32;
+    MmaLaunch {
+        variant: if token_tiles == 1 { plain } else { split },
+        rows,
+        token_tiles,
+        prepared,
+    }
+}
+
+impl MmaFamily {
+    fn kernel(&self, variant: usize) -> Kernel {
+        match variant {
+            0 => self.n1,
+            1 => self.n2,
+            2 => self.n4,
+            3 => self.n8m2,
+            MMA_DEEP => self.n1_deep,
+            MMA_HALF => self.n1_half,
+            v => self.split[v - MMA_SPLIT],
+        }
     }
 }
 
@@ -535,6 +619,8 @@ struct ProjParams {
     t: i32,
     y: u64,
     y_stride: i32,
+    /// mma.cu only: blocks per row tile (`MmaLaunch::token_tiles`).
+    token_tiles: i32,
 }
 
 impl ProjParams {
@@ -552,10 +638,11 @@ impl ProjParams {
             t: t as i32,
             y: p.y,
             y_stride: p.y_stride,
+            token_tiles: 1,
         }
     }
 
-    /// The kernel's argument list, with `xh` for mma.cu.
+    /// The kernel's argument list, with `xh` (and the token tiles) for mma.cu.
     fn args<'a>(&'a self, xh: Option<&'a u64>) -> Args<'a> {
         let a = Args::new()
             .arg(&self.w)
@@ -566,14 +653,20 @@ impl ProjParams {
             Some(xh) => a.arg(xh),
             None => a,
         };
-        a.arg(&self.rows)
+        let a = a
+            .arg(&self.rows)
             .arg(&self.norm)
             .arg(&self.eps)
             .arg(&self.k)
             .arg(&self.r)
             .arg(&self.t)
             .arg(&self.y)
-            .arg(&self.y_stride)
+            .arg(&self.y_stride);
+        if xh.is_some() {
+            a.arg(&self.token_tiles)
+        } else {
+            a
+        }
     }
 }
 
@@ -1196,6 +1289,8 @@ impl CudaBackend {
                     n4: m[2],
                     n8m2: m[3],
                     n1_deep: m[MMA_DEEP],
+                    n1_half: m[MMA_HALF],
+                    split: [m[MMA_SPLIT], m[MMA_SPLIT + 1], m[MMA_SPLIT + 2]],
                 }
             }),
         };
@@ -1470,9 +1565,9 @@ impl CudaBackend {
         Ok(xa)
     }
 
-    /// The tensor-core projection (mma.cu) of `t` tokens. Past one n-tile the inputs are
-    /// prepared once by to_half into `xa` (normalized, gathered, rounded) instead of by every
-    /// block.
+    /// The tensor-core projection (mma.cu) of `t` tokens, shaped by `mma_launch`. Past one
+    /// n-tile (or from `KernelTuning::prepared_from` tokens) the inputs are prepared once by
+    /// to_half into `xa` (normalized, gathered, rounded) instead of by every block.
     fn mma(
         &mut self,
         family: &MmaFamily,
@@ -1480,23 +1575,24 @@ impl CudaBackend {
         p: &Proj,
         t: usize,
     ) -> Result<(), BackendError> {
-        let deep = self.tuning.deep_n1_blocks_per_sm > 0
-            && p.r.div_ceil(16) <= self.tuning.deep_n1_blocks_per_sm * self.sms as usize;
-        let (kernel, block_rows) = family.pick(t, deep);
-        let xh = if t > 8 {
+        let shape = mma_launch(t, p.r, self.sms as usize, &self.tuning);
+        let xh = if shape.prepared {
             self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t)?
         } else {
             0u64
         };
-        let a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
+        let mut a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
+        a.token_tiles = shape.token_tiles as i32;
+        let blocks = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles;
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
-        // float* y, int y_stride): w holds R×K weights, x and y hold T rows of their strides,
-        // xh (when used) the T prepared rows, bias/norm are null or R/K floats.
+        // float* y, int y_stride, int token_tiles): w holds R×K weights, x and y hold T rows of
+        // their strides, xh (when used) the T prepared rows, bias/norm are null or R/K floats;
+        // the grid is the row tiles times the token tiles.
         unsafe {
             self.gpu.launch(
-                kernel,
-                ((p.r as u32).div_ceil(block_rows), 1, 1),
+                family.kernel(shape.variant),
+                (blocks, 1, 1),
                 256,
                 a.args(Some(&xh)),
             )
@@ -2414,5 +2510,89 @@ impl Backend for CudaBackend {
             gpu_ms: self.stats.gpu_ms,
             host_ns: self.stats.host_ns,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMS: usize = 132;
+
+    #[test]
+    fn default_tuning_launches_as_before() {
+        let d = KernelTuning::default();
+        for t in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 2048] {
+            for r in [64, 1024, 4096, 24576, 151_936] {
+                let (variant, rows) = mma_variant(t);
+                let want = MmaLaunch {
+                    variant,
+                    rows,
+                    token_tiles: 1,
+                    prepared: t > 8,
+                };
+                assert_eq!(mma_launch(t, r, SMS, &d), want, "{t} tokens, {r} rows");
+            }
+        }
+    }
+
+    #[test]
+    fn the_deep_one_tile_kernel_runs_only_where_blocks_are_few() {
+        let tuning = KernelTuning {
+            deep_n1_blocks_per_sm: 2,
+            ..KernelTuning::default()
+        };
+        // qwen3-8b o_proj / down_proj: 256 blocks of 16 rows, under 2 per SM.
+        assert_eq!(mma_launch(1, 4096, SMS, &tuning).variant, MMA_DEEP);
+        assert_eq!(mma_launch(8, 4096, SMS, &tuning).variant, MMA_DEEP);
+        // q|k|v (384 blocks) and gate|up keep n1; past one n-tile nothing changes.
+        assert_eq!(mma_launch(1, 6144, SMS, &tuning).variant, 0);
+        assert_eq!(mma_launch(1, 24_576, SMS, &tuning).variant, 0);
+        assert_eq!(mma_launch(9, 4096, SMS, &tuning).variant, 1);
+    }
+
+    #[test]
+    fn inputs_are_prepared_from_the_chosen_token_count() {
+        let tuning = KernelTuning {
+            prepared_from: 3,
+            ..KernelTuning::default()
+        };
+        assert!(!mma_launch(2, 4096, SMS, &tuning).prepared);
+        let l = mma_launch(3, 4096, SMS, &tuning);
+        assert_eq!((l.variant, l.prepared), (MMA_HALF, true));
+        assert!(mma_launch(9, 4096, SMS, &KernelTuning::default()).prepared);
+    }
+
+    #[test]
+    fn token_split_fills_the_sms_with_the_widest_tile() {
+        let tuning = KernelTuning {
+            token_split: true,
+            ..KernelTuning::default()
+        };
+        let launch = |variant, rows, token_tiles| MmaLaunch {
+            variant,
+            rows,
+            token_tiles,
+            prepared: true,
+        };
+        // qwen3-8b o_proj at 64 tokens: 128 blocks of 32 rows leave SMs idle; 32-token tiles over
+        // 16-row blocks give 512.
+        assert_eq!(
+            mma_launch(64, 4096, SMS, &tuning),
+            launch(MMA_SPLIT + 1, 16, 2)
+        );
+        // gate|up at 64 tokens: 768 blocks of one 64-token tile already.
+        assert_eq!(mma_launch(64, 24_576, SMS, &tuning), launch(3, 32, 1));
+        // A long prompt: 64-token tiles, a block each.
+        assert_eq!(
+            mma_launch(2048, 24_576, SMS, &tuning),
+            launch(MMA_SPLIT + 2, 32, 32)
+        );
+        // Rows too few for any tile to fill the SMs: 16-token tiles.
+        assert_eq!(mma_launch(20, 64, SMS, &tuning), launch(MMA_SPLIT, 16, 2));
+        // One 16-token tile is the plain n2.
+        assert_eq!(mma_launch(12, 1024, SMS, &tuning), launch(1, 16, 1));
+        // Up to 8 tokens, one n-tile as without the split.
+        assert_eq!(mma_launch(8, 64, SMS, &tuning).token_tiles, 1);
     }
 }

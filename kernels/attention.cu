@@ -299,7 +299,9 @@ struct GlobalPartials {
     __device__ __forceinline__ float o(int z, int a, int d) const {
         return __ldcg(part_o + at(z, a) * head_dim + d);
     }
-    __device__ __forceinline__ float m(int z, int a) const { return __ldcg(part_ml + at(z, a) * 2); }
+    __device__ __forceinline__ float m(int z, int a) const {
+        return __ldcg(part_ml + at(z, a) * 2);
+    }
     __device__ __forceinline__ float l(int z, int a) const {
         return __ldcg(part_ml + at(z, a) * 2 + 1);
     }
@@ -489,41 +491,38 @@ __device__ __forceinline__ void write_new_kv(AttnShared<MAXD>& sh, KV* kv, const
         *reinterpret_cast<uint4*>(dst + i) = *reinterpret_cast<const uint4*>(fresh + i);
 }
 
-template <typename KV, int DIM>
-__device__ __forceinline__ void attn_decode_body(
-    StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
-    KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
-    const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
-    const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
-    float* part_ml, int* __restrict__ done, float* __restrict__ out) {
-    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
-    __shared__ int last;
+// What attn_decode and attn_decode_cluster share: block (t, g, z) reads the step's metadata,
+// its block table and its split's first KV tile (before pdl_enter: all written by earlier work,
+// so these loads overlap the q|k|v projection's drain), rotates its group's queries exactly as
+// rope_append does, writes the new position's key and value when its split owns that position
+// (the only block that reads it), and computes split z's partial — to part_o / part_ml, or kept
+// in shared memory (KEEP). False for a padding token: the block has nothing to do.
+template <typename KV, int DIM, bool KEEP>
+__device__ __forceinline__ bool decode_split_partial(
+    AttnShared<DIM ? DIM : ATTN_MAX_DIM>& sh, StepMeta meta, const float* __restrict__ qkv,
+    KV* kv, const int* __restrict__ tables, KvGeometry geo, int heads, int kv_heads,
+    int head_dim, int window, float scale, const float* __restrict__ q_norm,
+    const float* __restrict__ k_norm, float eps, const float* __restrict__ cos_t,
+    const float* __restrict__ sin_t, float* part_o, float* part_ml) {
     const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
     // The step's metadata is read before the padding check so the loads go out together
     // (padding entries hold valid indices).
     const int tokens = meta.counts[0];
     const TokenSpan s = token_span(meta, tables, geo, t, window);
-    if (t >= tokens) return;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (t >= tokens) return false;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
     const int q_dim = heads * D, kv_dim = kv_heads * D;
     const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
     const float* cs = cos_t + (size_t)s.pos * (D / 2);
     const float* sn = sin_t + (size_t)s.pos * (D / 2);
-    // This split's first tile: its block-table and KV loads go out now and arrive while the
-    // queries are rotated below.
     AttnTile<KV, DIM> tile;
     const int epl = DIM ? AttnTile<KV, DIM>::MAX_EPL : (D >= 32 ? D / 32 : 1);
     const int first_n = min(ATTN_TILE, s.span - z * ATTN_TILE);
     if (first_n > 0) tile.load(kv, s.table, geo, g, D, epl, s.first + z * ATTN_TILE, first_n);
-    // Everything above reads what earlier steps wrote (metadata, block tables, the KV of older
-    // positions) and runs while the q|k|v projection drains; its output is read from here on.
     pdl_enter();
-    // The group's queries, one warp per head, exactly as rope_append computes them.
     for (int a = warp; a < G; a += ATTN_WARPS)
         rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
-    // The new key and value: computed by the block whose tiles cover the new position, the only
-    // block that reads it, into shared memory (as the pool stores them) and then to the pool.
     const int new_tile = (s.pos - s.first) / ATTN_TILE;
     if (new_tile % Z == z) {
         write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
@@ -533,22 +532,41 @@ __device__ __forceinline__ void attn_decode_body(
         __syncthreads();
         if (new_tile == z) tile.patch(sh.fresh, D, epl, s.pos - s.first - z * ATTN_TILE);
     }
-    attn_partial<KV, DIM, true>(sh, tile, kv, s.table, geo, t, g, z, Z, heads, G, D, s.first,
-                                s.span, scale, part_o, part_ml);
+    attn_partial<KV, DIM, true, KEEP>(sh, tile, kv, s.table, geo, t, g, z, Z, heads, G, D,
+                                      s.first, s.span, scale, part_o, part_ml);
+    return true;
+}
+
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_decode_body(
+    StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
+    KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
+    const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
+    const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
+    float* part_ml, int* __restrict__ done, float* __restrict__ out) {
+    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    __shared__ int last;
+    if (!decode_split_partial<KV, DIM, false>(sh, meta, qkv, kv, tables, geo, heads, kv_heads,
+                                              head_dim, window, scale, q_norm, k_norm, eps,
+                                              cos_t, sin_t, part_o, part_ml))
+        return;
+    const int t = blockIdx.x, g = blockIdx.y, Z = gridDim.z;
+    const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
     // The last of the Z blocks of (t, g) to finish merges the partials. The barrier gathers the
     // block's partial writes; thread 0's fence (cumulative over them) publishes them before it
     // counts the block done, and the last block's fence after the count orders its reads.
     __syncthreads();
-    if (tid == 0) {
+    if (threadIdx.x == 0) {
         __threadfence();
         last = atomicAdd(&done[t * kv_heads + g], 1) == Z - 1;
         if (last) __threadfence();
     }
     __syncthreads();
     if (!last) return;
-    combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D);
+    combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D,
+                  out + (size_t)t * heads * D + g * G * D);
     // Ready for the next step (and the next layer) that uses this counter.
-    if (tid == 0) done[t * kv_heads + g] = 0;
+    if (threadIdx.x == 0) done[t * kv_heads + g] = 0;
 }
 
 // attn_decode for large batches: one block per (token, kv head) computes the partials of the
@@ -617,39 +635,19 @@ __device__ __forceinline__ void attn_decode_cluster_body(
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* __restrict__ out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
-    // The cluster spans z: one (token, kv head), so the early return below is cluster-wide.
+    // The cluster spans z: one (token, kv head), so a padding token leaves the whole cluster.
+    if (!decode_split_partial<KV, DIM, true>(sh, meta, qkv, kv, tables, geo, heads, kv_heads,
+                                             head_dim, window, scale, q_norm, k_norm, eps,
+                                             cos_t, sin_t, nullptr, nullptr))
+        return;
     const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
-    const int tokens = meta.counts[0];
-    const TokenSpan s = token_span(meta, tables, geo, t, window);
-    if (t >= tokens) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
-    const int q_dim = heads * D, kv_dim = kv_heads * D;
-    const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
-    const float* cs = cos_t + (size_t)s.pos * (D / 2);
-    const float* sn = sin_t + (size_t)s.pos * (D / 2);
-    AttnTile<KV, DIM> tile;
-    const int epl = DIM ? AttnTile<KV, DIM>::MAX_EPL : (D >= 32 ? D / 32 : 1);
-    const int first_n = min(ATTN_TILE, s.span - z * ATTN_TILE);
-    if (first_n > 0) tile.load(kv, s.table, geo, g, D, epl, s.first + z * ATTN_TILE, first_n);
-    // As in attn_decode: metadata, block table and older KV only, until the projection is done.
-    pdl_enter();
-    for (int a = warp; a < G; a += ATTN_WARPS)
-        rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
-    const int new_tile = (s.pos - s.first) / ATTN_TILE;
-    if (new_tile % Z == z) {
-        write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
-        __syncthreads();
-        if (new_tile == z) tile.patch(sh.fresh, D, epl, s.pos - s.first - z * ATTN_TILE);
-    }
-    attn_partial<KV, DIM, true, true>(sh, tile, kv, s.table, geo, t, g, z, Z, heads, G, D,
-                                      s.first, s.span, scale, nullptr, nullptr);
     // Every split's partial is complete and visible cluster-wide (release/acquire barrier).
     cluster_sync();
     const int E = G * D, per = (E + Z - 1) / Z;
     const ClusterPartials<DIM ? DIM : ATTN_MAX_DIM> p{&sh, D};
     merge_splits(sh, p, G, D, min(E, z * per), min(E, (z + 1) * per),
-                 out + (size_t)t * q_dim + g * G * D, Z);
+                 out + (size_t)t * heads * D + g * G * D, Z);
     // No block may leave while another still reads its shared memory.
     cluster_sync();
 #else

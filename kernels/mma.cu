@@ -137,7 +137,10 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     constexpr int ROWS = 16 * MT;
     // Groups of weights in flight per warp: deep where few accumulators leave registers free
     // (one n-tile: batch 1 must read at the bandwidth with only R / 16 blocks).
-    constexpr int DEPTH = DEEP ? MMA_DEEP_DEPTH : MT * NT == 1 ? MMA_N1_DEPTH : MT * NT <= 4 ? 2 : 1;
+    constexpr int DEPTH = DEEP              ? MMA_DEEP_DEPTH
+                          : MT * NT == 1    ? MMA_N1_DEPTH
+                          : MT * NT <= 4    ? 2
+                                            : 1;
     static_assert(IN != MIN_RMS || NT == 1, "the in-kernel norm serves one n-tile");
     // Warp partials: warps w and w + 4 share row w (see the merge).
     __shared__ float red[MMA_WARPS / 2][ROWS][TT + 1];

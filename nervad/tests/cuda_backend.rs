@@ -37,6 +37,15 @@ fn device() -> Option<CudaOptions> {
     }
 }
 
+/// `small`, then `big` too when NERVA_GPU_BIG is set (real shapes: slower, GPU machine only).
+fn presets(small: &[Preset], big: &[Preset]) -> Vec<Preset> {
+    let mut all = small.to_vec();
+    if std::env::var_os("NERVA_GPU_BIG").is_some() {
+        all.extend_from_slice(big);
+    }
+    all
+}
+
 fn checkpoint(preset: Preset) -> std::path::PathBuf {
     let dir =
         std::env::temp_dir().join(format!("nerva-cuda-test-{}-{preset:?}", std::process::id()));
@@ -302,12 +311,7 @@ fn prefill_and_fused_decode_give_identical_bits() {
     use nervad::backend::cuda::CudaBackend;
     use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
     let Some(cuda) = device() else { return };
-    let presets: &[Preset] = if std::env::var_os("NERVA_GPU_BIG").is_some() {
-        &[Preset::Tiny, Preset::TinyQwen2, Preset::Qwen3_0_6b]
-    } else {
-        &[Preset::Tiny, Preset::TinyQwen2]
-    };
-    for &preset in presets {
+    for preset in presets(&[Preset::Tiny, Preset::TinyQwen2], &[Preset::Qwen3_0_6b]) {
         let dir = checkpoint(preset);
         let model = LoadedModel::load(&dir).expect("load");
         let config = model.config.clone();
@@ -405,11 +409,7 @@ fn kernel_variants_give_identical_bits() {
     use nervad::backend::cuda::{CudaBackend, KernelTuning};
     use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
     let Some(cuda) = device() else { return };
-    let presets: &[Preset] = if std::env::var_os("NERVA_GPU_BIG").is_some() {
-        &[Preset::Tiny, Preset::Qwen3_0_6b]
-    } else {
-        &[Preset::Tiny]
-    };
+    let presets = presets(&[Preset::Tiny], &[Preset::Qwen3_0_6b]);
     const PAGES: u32 = 48;
     const SEQS: usize = 20;
     let lengths: Vec<usize> = (0..SEQS)
@@ -421,7 +421,7 @@ fn kernel_variants_give_identical_bits() {
         .collect();
     // Sequences in each decode step: all, the first five, all, the first five, one, all.
     let steps = [SEQS, 5, SEQS, 5, 1, SEQS];
-    for &preset in presets {
+    for &preset in &presets {
         let dir = checkpoint(preset);
         let model = LoadedModel::load(&dir).expect("load");
         let config = model.config.clone();
@@ -663,14 +663,10 @@ fn tensor_projections_are_batch_invariant() {
     use nervad::backend::cuda::{CudaBackend, Projections};
     use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
     let Some(cuda) = device() else { return };
-    let presets: &[Preset] = if std::env::var_os("NERVA_GPU_BIG").is_some() {
-        &[Preset::Tiny, Preset::Qwen3_0_6b]
-    } else {
-        &[Preset::Tiny]
-    };
+    let presets = presets(&[Preset::Tiny], &[Preset::Qwen3_0_6b]);
     const SEQS: usize = 80;
     const PROMPT: usize = 40;
-    for &preset in presets {
+    for &preset in &presets {
         let dir = checkpoint(preset);
         let model = LoadedModel::load(&dir).expect("load");
         let config = model.config.clone();

@@ -60,10 +60,11 @@ const GEMV_MAX_TOKENS: usize = 2;
 const RING: usize = 4;
 /// Marks a decode token read from the device token ring (kernels/common.cuh).
 const FROM_SLOT: u32 = 0x8000_0000;
-/// Programmatic dependent launch on devices that have it (sm_90+), unless `NERVA_PDL=0` turns
-/// it off for a comparison.
-fn use_programmatic_launch(arch: u32) -> bool {
-    arch >= 90 && std::env::var_os("NERVA_PDL").is_none_or(|v| v != "0")
+/// Programmatic dependent launch on devices that have it (sm_90+) under drivers that capture it
+/// into graphs as programmatic edges (CUDA 12.3+), unless `NERVA_PDL=0` turns it off for a
+/// comparison.
+fn use_programmatic_launch(arch: u32, driver: (i32, i32)) -> bool {
+    arch >= 90 && driver >= (12, 3) && std::env::var_os("NERVA_PDL").is_none_or(|v| v != "0")
 }
 
 /// How much device memory the backend may take.
@@ -888,7 +889,7 @@ impl CudaBackend {
         }
         let arch = (facts.capability.0 * 10 + facts.capability.1) as u32;
         let compiled = kernels::build_all(arch)?;
-        gpu.set_programmatic(use_programmatic_launch(arch));
+        gpu.set_programmatic(use_programmatic_launch(arch, driver::driver_version()?));
         let from_cache = compiled.iter().filter(|m| m.cached).count();
         tracing::info!(arch, modules = compiled.len(), from_cache, "kernels ready");
 
@@ -2518,6 +2519,16 @@ mod tests {
     use super::*;
 
     const SMS: usize = 132;
+
+    #[test]
+    fn programmatic_launch_needs_hopper_and_a_driver_that_captures_it() {
+        assert!(!use_programmatic_launch(80, (13, 0)));
+        assert!(!use_programmatic_launch(90, (12, 2)));
+        if std::env::var_os("NERVA_PDL").is_none() {
+            assert!(use_programmatic_launch(90, (12, 3)));
+            assert!(use_programmatic_launch(100, (13, 0)));
+        }
+    }
 
     #[test]
     fn default_tuning_launches_as_before() {

@@ -1,7 +1,8 @@
 //! The projections alone: our GEMV kernels against the read bandwidth measured in the same run,
 //! our tensor-core projection (mma.cu, the default decode kernel) for 1 to 256 tokens against
-//! the bandwidth and the GEMV, and cuBLAS (tensor cores, bf16 in, f32 out) against them for 1
-//! to 2,048 tokens, with the bf16 GEMM peak.
+//! the bandwidth and the GEMV — beside it the deep one-n-tile variant and the launch the backend
+//! makes with every speed-only variant on (`KernelTuning`), where that differs — and cuBLAS
+//! (tensor cores, bf16 in, f32 out) against them for 1 to 2,048 tokens, with the bf16 GEMM peak.
 //!
 //! ```text
 //! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--mma-tokens 1,8,16,32,64,128,256]
@@ -14,7 +15,7 @@
 use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
-use nervad::backend::cuda::{MMA_DEEP, MMA_VARIANTS, kernels, mma_variant};
+use nervad::backend::cuda::{KernelTuning, MMA_DEEP, MMA_VARIANTS, MmaLaunch, kernels, mma_launch};
 use nervad::model::DType;
 
 #[derive(Parser, Debug)]
@@ -247,23 +248,19 @@ impl Bench {
         })
     }
 
-    /// Median ms of the tensor-core projection of `t` tokens (`kernels`: the mode's
-    /// `MMA_VARIANTS`; `prep`: its to_half kernel, launched first past 8 tokens as the backend
-    /// does); `deep` takes the deep one-n-tile variant where n1 would run.
+    /// Median ms of the tensor-core projection of `t` tokens launched as `launch` (`kernels`:
+    /// the mode's `MMA_VARIANTS`; `prep`: its to_half kernel, launched first when the launch
+    /// reads prepared inputs, as the backend does).
     fn mma(
         &mut self,
         kernels: &[Kernel],
         prep: Kernel,
         shape: &Shape,
         t: usize,
-        deep: bool,
+        launch: MmaLaunch,
     ) -> Res<f64> {
-        let (variant, rows) = mma_variant(t);
-        let kernel = kernels[if variant == 0 && deep {
-            MMA_DEEP
-        } else {
-            variant
-        }];
+        let kernel = kernels[launch.variant];
+        let (rows, tiles) = (launch.rows, launch.token_tiles as i32);
         let (x, xa, norm, y, wbase) = (
             self.x.ptr,
             self.xa.ptr,
@@ -274,11 +271,11 @@ impl Bench {
         let region = self.weights.bytes;
         let x_stride = shape.k as i32;
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
-        let (eps, null, t0, tiles) = (1e-6f32, 0u64, 0i32, 1i32);
-        let xh = if t > 8 { xa } else { 0 };
+        let (eps, null, t0) = (1e-6f32, 0u64, 0i32);
+        let xh = if launch.prepared { xa } else { 0 };
         self.time(|gpu, i| {
             let w = wbase + weight_offset(shape, region, i);
-            if t > 8 {
+            if launch.prepared {
                 // SAFETY: to_half_*(x, x_stride, t0, rows, norm, eps, K, out): x holds t rows of
                 // K f32, xa t × K bf16, norm K f32; rows null.
                 unsafe {
@@ -299,13 +296,13 @@ impl Bench {
                 }?;
             }
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
-            // token_tiles = 1): w
+            // token_tiles), the grid the row tiles times the token tiles: w
             // covers R×K bf16 inside the weights region, x T rows of K f32, xh null or T × K
             // bf16, y T rows of R f32 (scratch), norm K f32; bias and rows null.
             unsafe {
                 gpu.launch(
                     kernel,
-                    ((shape.r as u32).div_ceil(rows), 1, 1),
+                    ((shape.r as u32).div_ceil(rows) * launch.token_tiles, 1, 1),
                     256,
                     Args::new()
                         .arg(&w)
@@ -493,7 +490,7 @@ fn run(cli: &Cli) -> Res<()> {
 
     println!();
     println!(
-        "{:<11} {:<8} {:>4} | {:>9} {:>8} {:>8} | {:>9} {:>8} | {:>9} {:>7}",
+        "{:<11} {:<8} {:>4} | {:>9} {:>8} {:>8} | {:>9} {:>8} | {:>15} {:>9} {:>8} | {:>9} {:>7}",
         "model",
         "proj",
         "T",
@@ -502,9 +499,22 @@ fn run(cli: &Cli) -> Res<()> {
         "TFLOP/s",
         "deep (us)",
         "% of bw",
+        "tuned launch",
+        "(us)",
+        "% of bw",
         "GEMV (us)",
         "ratio"
     );
+    // "deep": the deep one-n-tile variant wherever n1 runs; "tuned": the launch the backend makes
+    // with every speed-only variant on (KernelTuning), where it differs from the default's.
+    let sms = facts.sms as usize;
+    let default = KernelTuning::default();
+    let tuned = KernelTuning {
+        deep_n1_blocks_per_sm: 2,
+        prepared_from: 3,
+        token_split: true,
+        ..KernelTuning::default()
+    };
     for shape in SHAPES {
         let (_, ks, prep) = mma_families
             .iter()
@@ -519,10 +529,20 @@ fn run(cli: &Cli) -> Res<()> {
             .clone();
         let bytes = shape.k * shape.r * 2;
         for &t in &parse_list(&cli.mma_tokens) {
-            let ms = b.mma(&ks, prep, shape, t, false)?;
-            // The deep one-n-tile variant (KernelTuning::deep_n1_blocks_per_sm) where n1 runs.
-            let deep = if mma_variant(t).0 == 0 {
-                Some(b.mma(&ks, prep, shape, t, true)?)
+            let plain = mma_launch(t, shape.r, sms, &default);
+            let ms = b.mma(&ks, prep, shape, t, plain)?;
+            let deep = if plain.variant == 0 {
+                let launch = MmaLaunch {
+                    variant: MMA_DEEP,
+                    ..plain
+                };
+                Some(b.mma(&ks, prep, shape, t, launch)?)
+            } else {
+                None
+            };
+            let launch = mma_launch(t, shape.r, sms, &tuned);
+            let tuned_ms = if launch != plain {
+                Some((launch, b.mma(&ks, prep, shape, t, launch)?))
             } else {
                 None
             };
@@ -533,17 +553,26 @@ fn run(cli: &Cli) -> Res<()> {
             };
             let flops = 2.0 * (t * shape.k * shape.r) as f64;
             let pct = |ms: f64| bytes as f64 / (ms / 1e3) / bw * 100.0;
+            let us = |v: Option<f64>| v.map_or("-".into(), |d| format!("{:.2}", d * 1e3));
+            let share = |v: Option<f64>| v.map_or("-".into(), |d| format!("{:.1}%", pct(d)));
+            let name = tuned_ms.map_or("-".into(), |(l, _)| {
+                format!("{} x{}", MMA_VARIANTS[l.variant], l.token_tiles)
+            });
+            let tuned_ms = tuned_ms.map(|(_, ms)| ms);
             println!(
-                "{:<11} {:<8} {:>4} | {:>9.2} {:>7.1}% {:>8.1} | {:>9} {:>8} | {:>9} {:>7}",
+                "{:<11} {:<8} {:>4} | {:>9.2} {:>7.1}% {:>8.1} | {:>9} {:>8} | {:>15} {:>9} {:>8} | {:>9} {:>7}",
                 shape.model,
                 shape.name,
                 t,
                 ms * 1e3,
                 pct(ms),
                 flops / (ms / 1e3) / 1e12,
-                deep.map_or("-".into(), |d| format!("{:.2}", d * 1e3)),
-                deep.map_or("-".into(), |d| format!("{:.1}%", pct(d))),
-                gemv.map_or("-".into(), |g| format!("{:.2}", g * 1e3)),
+                us(deep),
+                share(deep),
+                name,
+                us(tuned_ms),
+                share(tuned_ms),
+                us(gemv),
                 gemv.map_or("-".into(), |g| format!("{:.2}x", g / ms)),
             );
         }

@@ -503,7 +503,8 @@ pub struct MmaLaunch {
 
 /// The launch of `t` tokens over `r` weight rows on `sms` multiprocessors under `tuning`:
 /// `mma_variant` by default; the deep one-n-tile variant for projections of at most
-/// `deep_n1_blocks_per_sm` blocks per SM; prepared inputs from `prepared_from` tokens; and with
+/// `deep_n1_blocks_per_sm` blocks per SM; prepared inputs from `prepared_from` tokens (for one
+/// n-tile the prepared kernel, n1h, takes precedence over the deep one); and with
 /// `token_split`, past 8 tokens the widest token tile (64, 32 or 16 tokens, more than half of
 /// them used) whose blocks give every SM at least two, split over as many blocks per row tile
 /// as the tokens need (else the 16-token tile).

@@ -193,6 +193,26 @@ impl Drop for Event {
     }
 }
 
+/// A launch attribute slot that says nothing.
+fn attribute_ignored() -> sys::CUlaunchAttribute {
+    sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_IGNORE,
+        pad: [0; 4],
+        value: sys::CUlaunchAttributeValue { pad: [0; 64] },
+    }
+}
+
+/// Blocks grouped in thread-block clusters of `dims`.
+fn cluster_attribute((x, y, z): (u32, u32, u32)) -> sys::CUlaunchAttribute {
+    sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        pad: [0; 4],
+        value: sys::CUlaunchAttributeValue {
+            clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z },
+        },
+    }
+}
+
 /// The device, its stream, its one arena, and the counters.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
@@ -404,12 +424,7 @@ impl Gpu {
         args: Args<'_>,
     ) -> Result<(), BackendError> {
         let mut args = args;
-        let none = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_IGNORE,
-            pad: [0; 4],
-            value: sys::CUlaunchAttributeValue { pad: [0; 64] },
-        };
-        let mut attrs = [none; 2];
+        let mut attrs = [attribute_ignored(); 2];
         let mut n = 0;
         if self.programmatic {
             attrs[n] = sys::CUlaunchAttribute {
@@ -421,28 +436,11 @@ impl Gpu {
             };
             n += 1;
         }
-        if let Some((x, y, z)) = cluster {
-            attrs[n] = sys::CUlaunchAttribute {
-                id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-                pad: [0; 4],
-                value: sys::CUlaunchAttributeValue {
-                    clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z },
-                },
-            };
+        if let Some(dims) = cluster {
+            attrs[n] = cluster_attribute(dims);
             n += 1;
         }
-        let config = sys::CUlaunchConfig {
-            gridDimX: grid.0,
-            gridDimY: grid.1,
-            gridDimZ: grid.2,
-            blockDimX: block,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            hStream: self.stream,
-            attrs: attrs.as_mut_ptr(),
-            numAttrs: n as u32,
-        };
+        let config = self.launch_config(grid, block, &mut attrs[..n]);
         // SAFETY: the caller guarantees the argument list; the values behind the pointers live
         // for this call ('a), and cuLaunchKernelEx copies them (and reads `config` and `attrs`,
         // which outlive the call) before returning.
@@ -452,6 +450,28 @@ impl Gpu {
         .result()?;
         self.counters.launches += 1;
         Ok(())
+    }
+
+    /// A launch of `grid` blocks of `block` threads on the stream with `attrs` (which must
+    /// outlive every use of the returned config).
+    fn launch_config(
+        &self,
+        grid: (u32, u32, u32),
+        block: u32,
+        attrs: &mut [sys::CUlaunchAttribute],
+    ) -> sys::CUlaunchConfig {
+        sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: self.stream,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as u32,
+        }
     }
 
     /// Let `k` run in clusters of more than 8 blocks (up to 16 on Hopper).
@@ -476,31 +496,11 @@ impl Gpu {
         block: u32,
         cluster: (u32, u32, u32),
     ) -> Result<i32, BackendError> {
-        let mut attr = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-            pad: [0; 4],
-            value: sys::CUlaunchAttributeValue {
-                clusterDim: sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
-                    x: cluster.0,
-                    y: cluster.1,
-                    z: cluster.2,
-                },
-            },
-        };
-        let config = sys::CUlaunchConfig {
-            gridDimX: cluster.0,
-            gridDimY: cluster.1,
-            gridDimZ: cluster.2,
-            blockDimX: block,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: 0,
-            hStream: self.stream,
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
+        let mut attr = [cluster_attribute(cluster)];
+        let config = self.launch_config(cluster, block, &mut attr);
         let mut n = 0i32;
-        // SAFETY: k.f is a valid function; config and attr live for the call; n is written.
+        // SAFETY: k.f is a valid function; config and the attribute it points to live for the
+        // call; n is written.
         unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, k.f, &config) }.result()?;
         Ok(n)
     }

@@ -39,21 +39,24 @@ if has pdl; then
   done 2>&1 | tee "$O/pdl.log"
 fi
 if has variants; then
-  # The speed-only kernel variants (KernelTuning), each alone and all together, each setting in
-  # its own process; bits are the same (GPU test kernel_variants_give_identical_bits).
+  # The speed-only kernel variants (KernelTuning): the baseline (every variant off, row-major
+  # weights), the defaults, and the defaults with each variant off in turn, each setting in its
+  # own process; bits are the same (GPU test kernel_variants_give_identical_bits).
   # NERVA_MMA_DEEP = blocks per SM up to which one-n-tile projections run deep;
   # NERVA_ATTN_SERIAL = decode tokens from which attention runs one block per (token, kv head);
   # NERVA_ATTN_CLUSTER = split blocks merge in a cluster; NERVA_MMA_PREPARED = tokens from which
-  # inputs are prepared by to_half; NERVA_MMA_SPLIT = token tiles split over blocks.
-  cfgs=("NERVA_PDL=1" "NERVA_MMA_DEEP=2" "NERVA_MMA_DEEP=1000" "NERVA_ATTN_CLUSTER=1"
-        "NERVA_ATTN_SERIAL=8" "NERVA_ATTN_SERIAL=32" "NERVA_MMA_PREPARED=3" "NERVA_MMA_SPLIT=1"
-        "NERVA_MMA_DEEP=2 NERVA_ATTN_CLUSTER=1 NERVA_ATTN_SERIAL=32 NERVA_MMA_PREPARED=3 NERVA_MMA_SPLIT=1")
+  # inputs are prepared by to_half; NERVA_MMA_SPLIT = token tiles split over blocks;
+  # NERVA_TILED_WEIGHTS = weights in the mma kernels' tiled layout.
+  cfgs=("NERVA_KERNEL_BASELINE=1" "NERVA_PDL=1" "NERVA_TILED_WEIGHTS=0" "NERVA_MMA_DEEP=0"
+        "NERVA_MMA_PREPARED=0" "NERVA_MMA_SPLIT=0" "NERVA_ATTN_SERIAL=0" "NERVA_ATTN_CLUSTER=1")
+  # VARIANT_CFGS="A;B" replaces the list.
+  [ -n "${VARIANT_CFGS:-}" ] && IFS=';' read -r -a cfgs <<< "$VARIANT_CFGS"
   for p in ${VARIANT_MODELS:-qwen3-0.6b qwen3-8b}; do
     model $p
     for cfg in "${cfgs[@]}"; do
       echo "== $p $cfg"
       env $cfg timeout 150 "$B/gpu_decode" --model $M/$p --batch ${VARIANT_BATCH:-1,8,32,64} \
-        --prefill ${VARIANT_PREFILL:-1024} --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]|WARN|prefill"
+        --prefill ${VARIANT_PREFILL:-1024} --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]|WARN|prefill|^kernels:|^load"
     done
   done 2>&1 | tee -a "$O/variants.log"
 fi

@@ -174,6 +174,7 @@ fn main() {
     let vocab = model.config.vocab_size as u32;
     let mut engine = Engine::new(model, Box::new(backend), options);
     println!("device: {}", info.device);
+    println!("kernels: {:?}", CudaOptions::default().tuning);
     println!(
         "load {load_s:.1} s, backend build (upload, compile or cache, graph capture) {build_s:.1} s"
     );

@@ -492,11 +492,17 @@ fn kernel_variants_give_identical_bits() {
             }
             logits
         };
-        let plain = run(KernelTuning::default());
+        // The baseline (row-major weights, every variant off) against the defaults and against
+        // every variant on, over both weight layouts.
+        let plain = run(KernelTuning::baseline());
         assert_eq!(plain.len(), steps.iter().sum::<usize>() * vocab);
         let variants = [
             (
-                "deep projections + serial attention",
+                "the default variants (tiled weights)",
+                KernelTuning::default(),
+            ),
+            (
+                "tiled weights + deep projections + serial attention",
                 KernelTuning {
                     deep_n1_blocks_per_sm: 1 << 20,
                     serial_attention_from: Some(1),
@@ -504,12 +510,12 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
-                "prepared inputs + token-split projections + cluster attention",
+                "row-major weights + prepared inputs + token-split projections + cluster attention",
                 KernelTuning {
                     prepared_from: 3,
                     token_split: true,
                     cluster_attention: true,
-                    ..KernelTuning::default()
+                    ..KernelTuning::baseline()
                 },
             ),
         ];
@@ -527,7 +533,7 @@ fn kernel_variants_give_identical_bits() {
                 );
             }
             println!(
-                "{preset:?}: {name} bit-identical to the defaults (decode steps of {steps:?} \
+                "{preset:?}: {name} bit-identical to the baseline (decode steps of {steps:?} \
                  sequences, spans up to {})",
                 lengths[0] + steps.len()
             );

@@ -33,16 +33,17 @@ macro_rules! kernel_file {
 }
 
 /// Shared headers.
-pub const HEADERS: [Source; 5] = [
+pub const HEADERS: [Source; 6] = [
     kernel_file!("common.cuh"),
     kernel_file!("kv.cuh"),
     kernel_file!("norm.cuh"),
     kernel_file!("rope.cuh"),
     kernel_file!("activation.cuh"),
+    kernel_file!("mma.cuh"),
 ];
 
 /// The modules, one per op family.
-pub const MODULES: [Source; 8] = [
+pub const MODULES: [Source; 9] = [
     kernel_file!("gemv.cu"),
     kernel_file!("embedding.cu"),
     kernel_file!("rope_kv.cu"),
@@ -51,6 +52,7 @@ pub const MODULES: [Source; 8] = [
     kernel_file!("bench.cu"),
     kernel_file!("prefill.cu"),
     kernel_file!("mma.cu"),
+    kernel_file!("mma_tiled.cu"),
 ];
 
 /// A compiled module.
@@ -326,6 +328,13 @@ fn write_cached(path: &Path, cubin: &[u8]) -> std::io::Result<()> {
 
 /// Every module for `arch`: from the cache where an entry verifies, else compiled (and cached).
 pub fn build_all(arch: u32) -> Result<Vec<Compiled>, BackendError> {
+    let names: Vec<&str> = MODULES.iter().map(|m| m.name).collect();
+    build(arch, &names)
+}
+
+/// The modules named (file names under `kernels/`), in that order, for `arch`: from the cache
+/// where an entry verifies, else compiled (and cached).
+pub fn build(arch: u32, names: &[&str]) -> Result<Vec<Compiled>, BackendError> {
     let include = cuda_include_dir().ok_or_else(|| {
         BackendError::Device(
             "CUDA headers (cuda_bf16.h) not found: set NERVA_CUDA_INCLUDE, CUDA_HOME or install \
@@ -334,9 +343,13 @@ pub fn build_all(arch: u32) -> Result<Vec<Compiled>, BackendError> {
         )
     })?;
     let dir = cache_dir();
-    MODULES
+    names
         .iter()
-        .map(|source| {
+        .map(|name| {
+            let source = MODULES
+                .iter()
+                .find(|m| m.name == *name)
+                .ok_or_else(|| BackendError::Device(format!("no kernel module {name}")))?;
             let path = match &dir {
                 Some(d) => Some(cache_path(d, source, arch, &include)?),
                 None => None,

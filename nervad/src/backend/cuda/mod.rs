@@ -20,6 +20,7 @@ pub mod driver;
 pub mod kernels;
 pub mod step_ledger;
 pub mod swap;
+pub mod weight_tiles;
 
 use std::collections::VecDeque;
 
@@ -115,11 +116,11 @@ pub struct CudaOptions {
 }
 
 /// Kernel variants that give the same bits as the kernels they stand in for (GPU test
-/// `kernel_variants_give_identical_bits`), so choosing one changes only speed. Off by default
-/// until measured on the device (BENCHMARKS.md); `NERVA_MMA_DEEP`, `NERVA_ATTN_SERIAL`,
-/// `NERVA_ATTN_CLUSTER`, `NERVA_MMA_PREPARED` and `NERVA_MMA_SPLIT` set them for a process. The
-/// default is none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// `kernel_variants_give_identical_bits`), so choosing one changes only speed. The defaults are
+/// the ones the device measured faster (BENCHMARKS.md, 2026-11-25 fifth session);
+/// `NERVA_MMA_DEEP`, `NERVA_ATTN_SERIAL`, `NERVA_ATTN_CLUSTER`, `NERVA_MMA_PREPARED`,
+/// `NERVA_MMA_SPLIT` and `NERVA_TILED_WEIGHTS` override them for a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelTuning {
     /// One-n-tile tensor-core projections (1–8 tokens) with at most this many 16-row blocks
     /// per multiprocessor run the deep variant (`mma_*_n1d`: four weight groups in flight per
@@ -133,25 +134,64 @@ pub struct KernelTuning {
     /// or where the device cannot hold such a cluster, the default kernel runs).
     pub cluster_attention: bool,
     /// Launches of at least this many tokens read inputs prepared by to_half (one-n-tile
-    /// launches through `mma_*_n1h`); at most 9 (past 8 tokens they always are), 0 for the
-    /// default 9.
+    /// launches through `mma_*_n1h`); at most 9 (past 8 tokens they always are), 0 for 9.
     pub prepared_from: usize,
     /// Past 8 tokens, split a launch's tokens over several blocks per row tile where one block
     /// per row tile would leave SMs idle (`mma_launch`).
     pub token_split: bool,
+    /// Store the projection weights in the tensor-core kernels' tiled layout (`weight_tiles`,
+    /// `mma_tiled.cu`): every warp-wide load reads 512 contiguous bytes. Only where nothing
+    /// else reads them (`Projections::Tensor` without `fast_prefill`: the GEMV and cuBLAS read
+    /// row-major weights).
+    pub tiled_weights: bool,
+}
+
+impl Default for KernelTuning {
+    /// Measured on the H100 (qwen3-0.6b and qwen3-8b, batch 1 to 64, BENCHMARKS.md): the deep
+    /// one-n-tile kernel where a projection gives at most 2 blocks per SM, serial attention
+    /// from 32 decode tokens, prepared inputs from 3 tokens, token splitting and tiled weights.
+    /// Cluster attention lost at every batch size past 1.
+    fn default() -> Self {
+        KernelTuning {
+            deep_n1_blocks_per_sm: 2,
+            serial_attention_from: Some(32),
+            cluster_attention: false,
+            prepared_from: 3,
+            token_split: true,
+            tiled_weights: true,
+        }
+    }
 }
 
 impl KernelTuning {
+    /// The variants of the kernels as they were before any was measured (every variant off,
+    /// row-major weights): the baseline of the A/B runs.
+    pub fn baseline() -> Self {
+        KernelTuning {
+            deep_n1_blocks_per_sm: 0,
+            serial_attention_from: None,
+            cluster_attention: false,
+            prepared_from: 0,
+            token_split: false,
+            tiled_weights: false,
+        }
+    }
+
     /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>`,
-    /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>` and `NERVA_MMA_SPLIT=1` (`0` turns a
-    /// variant off) applied.
+    /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1` and
+    /// `NERVA_TILED_WEIGHTS=1` applied (`0` turns a variant off; `NERVA_KERNEL_BASELINE=1`
+    /// starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
             std::env::var(name)
                 .ok()
                 .and_then(|v| v.trim().parse::<usize>().ok())
         };
-        let d = KernelTuning::default();
+        let d = if var("NERVA_KERNEL_BASELINE").is_some_and(|v| v != 0) {
+            KernelTuning::baseline()
+        } else {
+            KernelTuning::default()
+        };
         KernelTuning {
             deep_n1_blocks_per_sm: var("NERVA_MMA_DEEP").unwrap_or(d.deep_n1_blocks_per_sm),
             serial_attention_from: match var("NERVA_ATTN_SERIAL") {
@@ -162,6 +202,7 @@ impl KernelTuning {
             cluster_attention: var("NERVA_ATTN_CLUSTER").map_or(d.cluster_attention, |v| v != 0),
             prepared_from: var("NERVA_MMA_PREPARED").unwrap_or(d.prepared_from),
             token_split: var("NERVA_MMA_SPLIT").map_or(d.token_split, |v| v != 0),
+            tiled_weights: var("NERVA_TILED_WEIGHTS").map_or(d.tiled_weights, |v| v != 0),
         }
     }
 }
@@ -889,7 +930,25 @@ impl CudaBackend {
             )));
         }
         let arch = (facts.capability.0 * 10 + facts.capability.1) as u32;
-        let compiled = kernels::build_all(arch)?;
+        // Tiled weights where only the tensor-core kernels read them (the GEMV and cuBLAS read
+        // rows).
+        let tiled = cuda.tuning.tiled_weights
+            && cuda.projections == Projections::Tensor
+            && !cuda.fast_prefill;
+        let mma_module = if tiled { "mma_tiled.cu" } else { "mma.cu" };
+        let compiled = kernels::build(
+            arch,
+            &[
+                "gemv.cu",
+                "embedding.cu",
+                "rope_kv.cu",
+                "attention.cu",
+                "sampling.cu",
+                "bench.cu",
+                "prefill.cu",
+                mma_module,
+            ],
+        )?;
         gpu.set_programmatic(use_programmatic_launch(arch, driver::driver_version()?));
         let from_cache = compiled.iter().filter(|m| m.cached).count();
         tracing::info!(arch, modules = compiled.len(), from_cache, "kernels ready");
@@ -904,27 +963,35 @@ impl CudaBackend {
             weights.lm_head.bytes().as_ptr(),
             weights.embed_tokens.bytes().as_ptr(),
         );
+        // A matrix of 16-bit weights as stored: tiled (padded) or row-major.
+        let matrix = |rows: usize, cols: usize| {
+            if tiled {
+                weight_tiles::tiled_bytes(rows, cols)
+            } else {
+                rows * cols * wb
+            }
+        };
         let layer_sizes = |l: &crate::model::DecoderLayer| -> Vec<usize> {
             vec![
-                (qd + 2 * kvd) * h * wb,
+                matrix(qd + 2 * kvd, h),
                 if l.self_attn.q_proj.bias.is_some() {
                     (qd + 2 * kvd) * 4
                 } else {
                     0
                 },
-                h * qd * wb,
+                matrix(h, qd),
                 if l.self_attn.o_proj.bias.is_some() {
                     h * 4
                 } else {
                     0
                 },
-                2 * inter * h * wb,
+                matrix(2 * inter, h),
                 if l.mlp.gate_proj.bias.is_some() {
                     2 * inter * 4
                 } else {
                     0
                 },
-                h * inter * wb,
+                matrix(h, inter),
                 if l.mlp.down_proj.bias.is_some() {
                     h * 4
                 } else {
@@ -950,33 +1017,33 @@ impl CudaBackend {
             fixed.sizes.extend(layer_sizes(l));
         }
         let head_sizes = vec![
-            vocab * h * wb,                         // embed
-            if tied { 0 } else { vocab * h * wb },  // lm_head
-            h * 4,                                  // final norm
-            options.max_context * (hd / 2) * 4,     // cos
-            options.max_context * (hd / 2) * 4,     // sin
-            t * h * 4,                              // x
-            t * (qd + 2 * kvd) * 4,                 // qkv
-            t * qd * 4,                             // q
-            t * qd * 4,                             // attn
-            t * 2 * inter * 4,                      // gu
-            t * inter * 4,                          // act
-            t * c.num_attention_heads * z * hd * 4, // part_o
-            t * c.num_attention_heads * z * 2 * 4,  // part_ml
-            t * c.num_key_value_heads * 4,          // attn_done
-            t * h.max(qd).max(inter) * wb,          // xa
-            blas::WORKSPACE_BYTES,                  // cuBLAS workspace
-            s * vocab * 4,                          // logits
-            s * vocab * 4,                          // sampling weights
-            meta.bytes,                             // meta
-            s * max_pages * 4,                      // tables
-            s * SLOT_PARAMS_BYTES,                  // params
-            s * vocab * 4,                          // counts
-            s * vocab.div_ceil(32) * 4,             // prompt bits
-            s * 4,                                  // sampled
-            s * RECORD_BYTES,                       // records
-            256,                                    // sink
-            s * PREP_CHUNKS * 16,                   // chunk statistics of sampled rows
+            matrix(vocab, h),                        // embed
+            if tied { 0 } else { matrix(vocab, h) }, // lm_head
+            h * 4,                                   // final norm
+            options.max_context * (hd / 2) * 4,      // cos
+            options.max_context * (hd / 2) * 4,      // sin
+            t * h * 4,                               // x
+            t * (qd + 2 * kvd) * 4,                  // qkv
+            t * qd * 4,                              // q
+            t * qd * 4,                              // attn
+            t * 2 * inter * 4,                       // gu
+            t * inter * 4,                           // act
+            t * c.num_attention_heads * z * hd * 4,  // part_o
+            t * c.num_attention_heads * z * 2 * 4,   // part_ml
+            t * c.num_key_value_heads * 4,           // attn_done
+            t * h.max(qd).max(inter) * wb,           // xa
+            blas::WORKSPACE_BYTES,                   // cuBLAS workspace
+            s * vocab * 4,                           // logits
+            s * vocab * 4,                           // sampling weights
+            meta.bytes,                              // meta
+            s * max_pages * 4,                       // tables
+            s * SLOT_PARAMS_BYTES,                   // params
+            s * vocab * 4,                           // counts
+            s * vocab.div_ceil(32) * 4,              // prompt bits
+            s * 4,                                   // sampled
+            s * RECORD_BYTES,                        // records
+            256,                                     // sink
+            s * PREP_CHUNKS * 16,                    // chunk statistics of sampled rows
         ];
         fixed.sizes.extend(head_sizes.iter().copied());
         let fixed_bytes = fixed.total();
@@ -1011,6 +1078,21 @@ impl CudaBackend {
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut weight_bytes = 0usize;
         let mut pair_rows = Vec::new();
+        // Host staging of tiled matrices (the largest layer matrix, reused).
+        let mut staged = Vec::new();
+        // A matrix of `cols` columns stacked from `parts` (whole rows each), as stored.
+        let mut upload_matrix = |gpu: &mut Gpu, to: DevBuf, parts: &[&[u8]], cols: usize| {
+            if tiled {
+                weight_tiles::tile_rows(parts, cols, &mut staged);
+                return gpu.upload(to.ptr, &staged);
+            }
+            let mut at = 0;
+            for p in parts {
+                gpu.upload(to.at(at), p)?;
+                at += p.len();
+            }
+            Ok(())
+        };
         for (i, l) in weights.layers.iter().enumerate() {
             let sz = layer_sizes(l);
             let mut carve = |n: usize| -> Result<DevBuf, BackendError> {
@@ -1053,11 +1135,8 @@ impl CudaBackend {
             shape(p("mlp.gate_proj.weight"), &m.gate_proj.weight, &[inter, h])?;
             shape(p("mlp.up_proj.weight"), &m.up_proj.weight, &[inter, h])?;
             shape(p("mlp.down_proj.weight"), &m.down_proj.weight, &[h, inter])?;
-            let mut at = 0;
-            for t in [&a.q_proj.weight, &a.k_proj.weight, &a.v_proj.weight] {
-                gpu.upload(lb.qkv.at(at), t.bytes())?;
-                at += t.bytes().len();
-            }
+            let qkv = [&a.q_proj.weight, &a.k_proj.weight, &a.v_proj.weight].map(|t| t.bytes());
+            upload_matrix(&mut gpu, lb.qkv, &qkv, h)?;
             if lb.qkv_bias.bytes > 0 {
                 let mut bias = Vec::with_capacity(qd + 2 * kvd);
                 for b in [&a.q_proj.bias, &a.k_proj.bias, &a.v_proj.bias] {
@@ -1068,7 +1147,7 @@ impl CudaBackend {
                 }
                 gpu.upload(lb.qkv_bias.ptr, f32_bytes(&bias))?;
             }
-            gpu.upload(lb.o.ptr, a.o_proj.weight.bytes())?;
+            upload_matrix(&mut gpu, lb.o, &[a.o_proj.weight.bytes()], qd)?;
             if let Some(b) = &a.o_proj.bias {
                 gpu.upload(lb.o_bias.ptr, f32_bytes(&b.to_f32_vec()))?;
             }
@@ -1080,7 +1159,7 @@ impl CudaBackend {
                 h * wb,
                 &mut pair_rows,
             );
-            gpu.upload(lb.gate_up.ptr, &pair_rows)?;
+            upload_matrix(&mut gpu, lb.gate_up, &[&pair_rows], h)?;
             if lb.gate_up_bias.bytes > 0 {
                 let (Some(g), Some(u)) = (&m.gate_proj.bias, &m.up_proj.bias) else {
                     return Err(unsupported(p("gate/up biases: one but not both")));
@@ -1094,7 +1173,7 @@ impl CudaBackend {
                 );
                 gpu.upload(lb.gate_up_bias.ptr, &bias)?;
             }
-            gpu.upload(lb.down.ptr, m.down_proj.weight.bytes())?;
+            upload_matrix(&mut gpu, lb.down, &[m.down_proj.weight.bytes()], inter)?;
             if let Some(b) = &m.down_proj.bias {
                 gpu.upload(lb.down_bias.ptr, f32_bytes(&b.to_f32_vec()))?;
             }
@@ -1109,7 +1188,7 @@ impl CudaBackend {
             if let Some(n) = &a.k_norm {
                 gpu.upload(lb.k_norm.ptr, f32_bytes(&n.to_f32_vec()))?;
             }
-            weight_bytes += sz[0] + sz[2] + sz[4] + sz[6];
+            weight_bytes += ((qd + 2 * kvd) * h + h * qd + 2 * inter * h + h * inter) * wb;
             layers.push(lb);
             // Uploads of pageable memory are staged by the driver; keep the host from racing
             // far ahead of the copy engine on multi-GB checkpoints.
@@ -1118,12 +1197,12 @@ impl CudaBackend {
             }
         }
         let embed = gpu.carve(head_sizes[0])?;
-        gpu.upload(embed.ptr, weights.embed_tokens.bytes())?;
+        upload_matrix(&mut gpu, embed, &[weights.embed_tokens.bytes()], h)?;
         let lm_head = if tied {
             embed
         } else {
             let b = gpu.carve(head_sizes[1])?;
-            gpu.upload(b.ptr, weights.lm_head.bytes())?;
+            upload_matrix(&mut gpu, b, &[weights.lm_head.bytes()], h)?;
             b
         };
         weight_bytes += vocab * h * wb;
@@ -1226,7 +1305,11 @@ impl CudaBackend {
                         [1, 2, 4, 8].map(move |t| format!("gemv_{mode}_{dt}_t{t}{suffix}"))
                     })
                     .collect(),
-                "embedding.cu" => vec![format!("embed_{dt}")],
+                "embedding.cu" => vec![if tiled {
+                    format!("embed_tiled_{dt}")
+                } else {
+                    format!("embed_{dt}")
+                }],
                 "rope_kv.cu" => vec![format!("rope_append_{dt}")],
                 "attention.cu" => {
                     // Head dimensions with a compiled-in size, else the general kernels.
@@ -1249,7 +1332,7 @@ impl CudaBackend {
                     .map(|m| format!("to_half_{m}_{dt}"))
                     .chain(["add_bias".to_string()])
                     .collect(),
-                "mma.cu" => ["rms", "plain_add", "glu"]
+                "mma.cu" | "mma_tiled.cu" => ["rms", "plain_add", "glu"]
                     .iter()
                     .flat_map(|mode| MMA_VARIANTS.map(move |v| format!("mma_{mode}_{dt}_{v}")))
                     .collect(),
@@ -2532,8 +2615,8 @@ mod tests {
     }
 
     #[test]
-    fn default_tuning_launches_as_before() {
-        let d = KernelTuning::default();
+    fn baseline_tuning_launches_as_before() {
+        let d = KernelTuning::baseline();
         for t in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 2048] {
             for r in [64, 1024, 4096, 24576, 151_936] {
                 let (variant, rows) = mma_variant(t);
@@ -2552,7 +2635,7 @@ mod tests {
     fn the_deep_one_tile_kernel_runs_only_where_blocks_are_few() {
         let tuning = KernelTuning {
             deep_n1_blocks_per_sm: 2,
-            ..KernelTuning::default()
+            ..KernelTuning::baseline()
         };
         // qwen3-8b o_proj / down_proj: 256 blocks of 16 rows, under 2 per SM.
         assert_eq!(mma_launch(1, 4096, SMS, &tuning).variant, MMA_DEEP);
@@ -2567,19 +2650,31 @@ mod tests {
     fn inputs_are_prepared_from_the_chosen_token_count() {
         let tuning = KernelTuning {
             prepared_from: 3,
-            ..KernelTuning::default()
+            ..KernelTuning::baseline()
         };
         assert!(!mma_launch(2, 4096, SMS, &tuning).prepared);
         let l = mma_launch(3, 4096, SMS, &tuning);
         assert_eq!((l.variant, l.prepared), (MMA_HALF, true));
-        assert!(mma_launch(9, 4096, SMS, &KernelTuning::default()).prepared);
+        assert!(mma_launch(9, 4096, SMS, &KernelTuning::baseline()).prepared);
+    }
+
+    #[test]
+    fn the_defaults_are_the_measured_variants() {
+        let d = KernelTuning::default();
+        // qwen3-8b at batch 1: o_proj deep, gate|up not; 3 tokens on prepared inputs.
+        assert_eq!(mma_launch(1, 4096, SMS, &d).variant, MMA_DEEP);
+        assert_eq!(mma_launch(1, 24_576, SMS, &d).variant, 0);
+        assert_eq!(mma_launch(3, 24_576, SMS, &d).variant, MMA_HALF);
+        assert!(mma_launch(64, 4096, SMS, &d).token_tiles > 1);
+        assert_eq!(d.serial_attention_from, Some(32));
+        assert!(d.tiled_weights && !d.cluster_attention);
     }
 
     #[test]
     fn token_split_fills_the_sms_with_the_widest_tile() {
         let tuning = KernelTuning {
             token_split: true,
-            ..KernelTuning::default()
+            ..KernelTuning::baseline()
         };
         let launch = |variant, rows, token_tiles| MmaLaunch {
             variant,

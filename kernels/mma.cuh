@@ -1,0 +1,352 @@
+// Projections on the tensor cores: y[t, r] (=|+=) sum_k x̂[t, k] * W[r, k] (+ bias[r]), where x̂
+// is the projection's input rounded to the weights' 16-bit type (after the RMSNorm where there
+// is one), accumulated in f32 by mma.sync m16n8k16 with the weights as the A operand (16 rows)
+// and the tokens as B (8 per n-tile).
+//
+// Batch invariance by construction: every output element is reduced in one order that depends
+// on nothing but K. The K axis is cut into groups of 64; warp w of a block (8 warps) takes groups
+// w, w+8, w+16, ... in ascending order, one chain of four mma per group (fixed k permutation,
+// below), and the warps' sums are added (w0 + w4) + (w1 + w5) + (w2 + w6) + (w3 + w7). How many
+// tokens a launch carries (NT n-tiles, passes over T), how many 16-row tiles a warp holds (MT),
+// and where x̂ comes from (rounded here from f32, or prepared by to_half) change no bit of any
+// output: a sequence's logits are the same alone or in any batch. (An mma's result element
+// depends only on its own row of A, column of B and accumulator.)
+//
+// The k permutation: in group kb, thread (g = lane / 4, c = lane % 4) holds 16 elements of a row:
+// chunk A = kb + 8c .. +7 and chunk B = kb + 32 + 8c .. +7 (each warp-wide load reads 64
+// contiguous bytes of 8 rows). mma j (0..3) takes elements 4j .. 4j+3 of that list, which the
+// fragment layout places at logical k 2c, 2c+1 (a0 a1 / b0 b1) and 2c+8, 2c+9 (a4 a5 / b2 b3);
+// the tokens' x̂ is loaded with the same permutation, so the sum is over the right pairs.
+//
+// Weight layout: row-major (mma.cu), or tiled (mma_tiled.cu, MMA_TILED: the default of the
+// tensor-core mode; nervad/src/backend/cuda/weight_tiles.rs): the 2 KiB of a (16-row tile,
+// group) stored together in load order, so each warp-wide load reads 512 contiguous bytes
+// instead of 64 bytes from each of 8 rows. Every thread loads the same 16 bytes either way, so
+// the layout changes no bit of any output.
+//
+// Token tiles: a launch may split its tokens over `token_tiles` blocks per row tile (block b takes
+// row tile b / token_tiles and token tiles b % token_tiles, b % token_tiles + token_tiles, ...),
+// so that projections with few rows still give every SM blocks; the blocks of a row tile are
+// adjacent, run together and read its weights once from memory between them (L2). 1: one block
+// walks all of a row tile's tokens. Which block computes an output changes none of its bits.
+//
+// Prologue (IN): RMS – RMSNorm of f32 rows computed in the block (only for one n-tile, T ≤ 8;
+// rows_rms_inv, as to_half, so a prepared x̂ has the same bits); PLAIN – f32
+// rows rounded as they are; HALF – x̂ prepared by to_half (many tokens: read once as 16-bit).
+// Epilogues as the GEMV's: STORE, ADD (residual), GLU (gate|up rows interleaved in pairs; writes
+// silu(gate) * up).
+#pragma once
+#include "common.cuh"
+#include "activation.cuh"
+#include "norm.cuh"
+
+#ifndef MMA_TILED
+#define MMA_TILED 0
+#endif
+
+#define MMA_THREADS 256
+#define MMA_WARPS 8
+#define MMA_GROUP 64
+// One n-tile (batch 1–8) must read at the bandwidth from only R / 16 blocks: two groups of
+// weights in flight per warp and three blocks per SM (registers ≤ 85), so that e.g. qwen3-8b's
+// 384 q|k|v blocks run in one wave. Measured on the H100: 22.7 µs for that projection, against
+// 27.8 µs with three groups in flight and fewer blocks per SM.
+#define MMA_N1_DEPTH 2
+// More tokens: two blocks per SM (registers ≤ 128) so one block's loads overlap the other's mma.
+#define MMA_MIN_BLOCKS(NT, MT, DEEP) ((NT) * (MT) == 1 && !(DEEP) ? 3 : 2)
+// The deep one-n-tile variant (n1d): for projections with too few 16-row blocks to give every SM
+// three (qwen3-8b o_proj and down_proj: 256 blocks, about 2 per SM, where ncu measured 24%
+// achieved occupancy against the GEMV's 48%), four groups in flight per warp and two blocks per
+// SM (registers ≤ 128) keep as many bytes in flight as three shallow blocks would. Same
+// arithmetic as n1: only how far ahead the loads run differs.
+#define MMA_DEEP_DEPTH 4
+
+enum { MIN_RMS = 0, MIN_PLAIN = 1, MIN_HALF = 2 };
+enum { MEPI_STORE = 0, MEPI_ADD = 1, MEPI_GLU = 2 };
+
+__device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], u32 b0, u32 b1,
+                                          const __nv_bfloat16*) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], u32 b0, u32 b1,
+                                          const __half*) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Eight f32 values rounded to W and packed in 16 bytes.
+template <typename W>
+__device__ __forceinline__ uint4 pack8(const float v[8]) {
+    union {
+        W h[8];
+        uint4 u;
+    } p;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) narrow(v[i], &p.h[i]);
+    return p.u;
+}
+
+// Chunk (8 elements at k) of a token as x̂: row `row` of x, or row `t` of the prepared xh (which
+// to_half filled in launch order, gathered already); zeros past K.
+template <typename W, int IN>
+__device__ __forceinline__ uint4 load_xhat(const float* __restrict__ x, int x_stride,
+                                           const W* __restrict__ xh, int row, int t, int k, int K,
+                                           const float* __restrict__ norm_w, float inv) {
+    if (k >= K) return make_uint4(0, 0, 0, 0);
+    if (IN == MIN_HALF) return *reinterpret_cast<const uint4*>(xh + (size_t)t * K + k);
+    const float* src = x + (size_t)row * x_stride + k;
+    const float4 a = *reinterpret_cast<const float4*>(src);
+    const float4 b = *reinterpret_cast<const float4*>(src + 4);
+    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    if (IN == MIN_RMS) {
+        const float4 na = *reinterpret_cast<const float4*>(norm_w + k);
+        const float4 nb = *reinterpret_cast<const float4*>(norm_w + k + 4);
+        const float n[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = n[i] * (v[i] * inv);
+    }
+    return pack8<W>(v);
+}
+
+// The weights of one group for MT 16-row tiles: [tile][0: row g, 1: row g + 8][chunk A, B].
+template <typename W, int MT>
+__device__ __forceinline__ void load_weights(const W* __restrict__ w, int row0, int R, int K,
+                                             int kb, int g, int c, uint4 out[MT][2][2]) {
+#if MMA_TILED
+    // Tile (row0 / 16 + m), group kb / 64: chunks [h][q][lane] of 16 bytes; rows are padded to
+    // 16 and columns to 64 with zeros, so only a tile past the matrix is skipped.
+    const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+    const int lane = g * 4 + c;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        const bool inside = row0 + 16 * m < R;
+        const W* tile = w + ((size_t)(row0 / 16 + m) * groups + kb / MMA_GROUP) * 4 * 256 + lane * 8;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int q = 0; q < 2; ++q)
+                out[m][h][q] = inside ? load_stream(tile + (h * 2 + q) * 256)
+                                      : make_uint4(0, 0, 0, 0);
+    }
+#else
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + 16 * m + 8 * h + g;
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                const int k = kb + 32 * q + 8 * c;
+                out[m][h][q] = (row < R && k < K) ? load_stream(w + (size_t)row * K + k)
+                                                  : make_uint4(0, 0, 0, 0);
+            }
+        }
+#endif
+}
+
+template <typename W, int NT, int MT, int IN, int EPI, int DEEP, int SPLIT>
+__device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* __restrict__ bias,
+                                         const float* __restrict__ x, int x_stride,
+                                         const W* __restrict__ xh, const int* __restrict__ x_rows,
+                                         const float* __restrict__ norm_w, float eps, int K,
+                                         int R, int T, float* __restrict__ y, int y_stride,
+                                         int split_tiles) {
+    constexpr int TT = 8 * NT;
+    // Only the split variants (SPLIT) take token tiles from the launch: the others keep their
+    // loop bounds compile-time (fewer registers).
+    const int token_tiles = SPLIT ? split_tiles : 1;
+    constexpr int ROWS = 16 * MT;
+    // Groups of weights in flight per warp: deep where few accumulators leave registers free
+    // (one n-tile: batch 1 must read at the bandwidth with only R / 16 blocks).
+    constexpr int DEPTH = DEEP              ? MMA_DEEP_DEPTH
+                          : MT * NT == 1    ? MMA_N1_DEPTH
+                          : MT * NT <= 4    ? 2
+                                            : 1;
+    static_assert(IN != MIN_RMS || NT == 1, "the in-kernel norm serves one n-tile");
+    // Warp partials: warps w and w + 4 share row w (see the merge).
+    __shared__ float red[MMA_WARPS / 2][ROWS][TT + 1];
+    __shared__ double ss_red[4][IN == MIN_RMS ? TT : 1];
+    __shared__ float inv_s[TT];
+    __shared__ int rows_s[TT];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int row0 = (blockIdx.x / token_tiles) * ROWS;
+    const int first = (blockIdx.x % token_tiles) * TT;
+    const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+
+    for (int t0 = first; t0 < T; t0 += TT * token_tiles) {
+        // The first groups' weights do not depend on the previous kernel: their loads go out
+        // before the prologue.
+        uint4 wr[DEPTH][MT][2][2];
+#pragma unroll
+        for (int d = 0; d < DEPTH; ++d) {
+            const int gi = warp + d * MMA_WARPS;
+            if (gi < groups) load_weights<W, MT>(w, row0, R, K, gi * MMA_GROUP, g, c, wr[d]);
+        }
+        // Weights only until the previous kernel is done: these loads overlap its drain.
+        if (t0 == first) pdl_enter();
+        __syncthreads();
+        if (tid < TT) {
+            const int t = t0 + tid < T ? t0 + tid : t0;
+            rows_s[tid] = x_rows ? x_rows[t] : t;
+        }
+        __syncthreads();
+        if (IN == MIN_RMS)
+            rows_rms_inv<TT>(x, x_stride, rows_s, T - t0, K, eps, &ss_red[0][0], inv_s);
+
+        float acc[MT][NT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+
+        // This thread's token of each n-tile (g), or -1 past T.
+        int tok[NT];
+        float inv[NT];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            const int i = n * 8 + g;
+            tok[n] = t0 + i < T ? rows_s[i] : -1;
+            inv[n] = IN == MIN_RMS ? inv_s[i] : 1.f;
+        }
+
+        // Groups warp, warp + 8, ... in order; slot d of the ring holds group gi + 8 d and is
+        // refilled DEPTH groups ahead as soon as its mma are issued.
+        for (int base = warp; base < groups; base += MMA_WARPS * DEPTH) {
+#pragma unroll
+            for (int d = 0; d < DEPTH; ++d) {
+                const int gi = base + d * MMA_WARPS;
+                if (gi >= groups) break;
+                const int kb = gi * MMA_GROUP;
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    uint4 xb[2];
+#pragma unroll
+                    for (int q = 0; q < 2; ++q)
+                        xb[q] = tok[n] >= 0
+                                    ? load_xhat<W, IN>(x, x_stride, xh, tok[n], t0 + 8 * n + g,
+                                                       kb + 32 * q + 8 * c, K, norm_w, inv[n])
+                                    : make_uint4(0, 0, 0, 0);
+                    const u32* bw = reinterpret_cast<const u32*>(xb);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        const u32* lo = reinterpret_cast<const u32*>(wr[d][m][0]);
+                        const u32* hi = reinterpret_cast<const u32*>(wr[d][m][1]);
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            // Elements 4j .. 4j+3 of the thread's 16: words 2j, 2j + 1.
+                            const u32 a[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1]};
+                            mma_16816(acc[m][n], a, bw[2 * j], bw[2 * j + 1], w);
+                        }
+                    }
+                }
+                const int ahead = gi + DEPTH * MMA_WARPS;
+                if (ahead < groups)
+                    load_weights<W, MT>(w, row0, R, K, ahead * MMA_GROUP, g, c, wr[d]);
+            }
+        }
+
+        // Merge in a fixed order: (w0 + w4) + (w1 + w5) + (w2 + w6) + (w3 + w7). C fragment:
+        // (row g, tokens 2c, 2c + 1) and (row g + 8, the same tokens).
+#pragma unroll
+        for (int half = 1; half >= 0; --half) {
+            if ((warp >> 2) == half) {
+                float(&r)[ROWS][TT + 1] = red[warp & 3];
+#pragma unroll
+                for (int m = 0; m < MT; ++m)
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
+                        const int ro = 16 * m + g, t = 8 * n + 2 * c;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            float& slot = r[ro + 8 * (e >> 1)][t + (e & 1)];
+                            slot = half ? acc[m][n][e] : acc[m][n][e] + slot;
+                        }
+                    }
+            }
+            __syncthreads();
+        }
+        if (EPI == MEPI_GLU) {
+            // Tile m's rows 4q + e (gate) and 4q + 2 + e (up) give output 8 (row0 / 16 + m) + 2q + e.
+            for (int i = tid; i < MT * 8 * TT; i += MMA_THREADS) {
+                const int t = i % TT, o = i / TT;
+                const int m = o / 8, q = (o % 8) / 2, e = o % 2;
+                const int rg = 16 * m + 4 * q + e, ru = rg + 2;
+                if (row0 + ru < R && t0 + t < T) {
+                    float gs = red[0][rg][t], us = red[0][ru][t];
+#pragma unroll
+                    for (int wi = 1; wi < MMA_WARPS / 2; ++wi) {
+                        gs += red[wi][rg][t];
+                        us += red[wi][ru][t];
+                    }
+                    if (bias) {
+                        gs += bias[row0 + rg];
+                        us += bias[row0 + ru];
+                    }
+                    y[(size_t)(t0 + t) * y_stride + (row0 / 16 + m) * 8 + 2 * q + e] =
+                        silu(gs) * us;
+                }
+            }
+        } else {
+            for (int i = tid; i < ROWS * TT; i += MMA_THREADS) {
+                const int t = i % TT, r = i / TT;
+                if (row0 + r < R && t0 + t < T) {
+                    float sum = red[0][r][t];
+#pragma unroll
+                    for (int wi = 1; wi < MMA_WARPS / 2; ++wi) sum += red[wi][r][t];
+                    if (bias) sum += bias[row0 + r];
+                    float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
+                    if (EPI == MEPI_ADD) *out += sum; else *out = sum;
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \
+    extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT, DEEP))   \
+        NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
+             const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
+             const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
+             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles) {     \
+        mma_body<W, NT, MT, IN, EPI, DEEP, SPLIT>(w, bias, x, x_stride, xh, x_rows, norm_w, eps, \
+                                                  K, R, T, y, y_stride, token_tiles);          \
+    }
+
+// Per dtype and epilogue: the in-kernel norm/rounding for one n-tile (1-8 tokens, 16-row tiles:
+// all SMs busy at batch 1); inputs prepared by to_half for 2 and 4 n-tiles, and 8 n-tiles with
+// two 16-row tiles per warp (past 32 tokens, in passes of 64: half the blocks re-read x̂). A
+// 16-n-tile variant (128 tokens per pass) measured slower than two passes of this one
+// (BENCHMARKS.md, 2026-11-23 third session). n1d: n1 with deeper prefetch (MMA_DEEP_DEPTH);
+// n1h: one n-tile with inputs prepared by to_half (3–8 tokens: the in-kernel norm and rounding
+// of 8 f32 rows per group cost more than the prepare launch; KernelTuning); n2s, n4s, n8m2s: the
+// multi-tile variants taking token tiles from the launch (KernelTuning).
+#define MMA_FAMILY(MODE, IN1, EPI, DT, W)                                   \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI, 0, 0)              \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI, 0, 0)         \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI, 0, 0)         \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI, 0, 0)       \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1d, W, 1, 1, IN1, EPI, 1, 0)             \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1h, W, 1, 1, MIN_HALF, EPI, 0, 0)        \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1)        \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1)        \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1)
+
+#define MMA_DTYPE(DT, W)                                  \
+    MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \
+    MMA_FAMILY(plain_add, MIN_PLAIN, MEPI_ADD, DT, W)     \
+    MMA_FAMILY(glu, MIN_RMS, MEPI_GLU, DT, W)
+
+MMA_DTYPE(bf16, __nv_bfloat16)
+MMA_DTYPE(f16, __half)

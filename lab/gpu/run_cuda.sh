@@ -56,7 +56,7 @@ if has variants; then
     for cfg in "${cfgs[@]}"; do
       echo "== $p $cfg"
       env $cfg timeout 150 "$B/gpu_decode" --model $M/$p --batch ${VARIANT_BATCH:-1,8,32,64} \
-        --prefill ${VARIANT_PREFILL:-1024} --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]|WARN|prefill|^kernels:|^load"
+        --prefill "${VARIANT_PREFILL-1024}" --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]|WARN|prefill|^kernels:|^load"
     done
   done 2>&1 | tee -a "$O/variants.log"
 fi

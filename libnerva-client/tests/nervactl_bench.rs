@@ -42,6 +42,15 @@ fn sweep_measures_each_level_after_its_first_wave() {
         serde_json::from_str(&std::fs::read_to_string(&file).expect("--out file")).expect("JSON");
     assert_eq!(saved, v, "--out holds the printed JSON");
     assert_eq!(v["mode"], "sweep");
+    assert_eq!(
+        v["complete"], true,
+        "the last write marks the sweep complete"
+    );
+    let stderr = text(&out).1;
+    assert!(
+        stderr.contains("1 streams: ") && stderr.contains("4 streams: "),
+        "each level's figures as it finishes: {stderr}"
+    );
     assert_eq!(v["params"]["read_bandwidth_source"], "flag");
     let weight = v["daemon"]["weight_bytes"].as_f64().expect("weight_bytes");
     let kv = v["daemon"]["kv_bytes_per_token"]

@@ -604,6 +604,24 @@ pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Er
             facts.max_batch, facts.max_batch
         );
     }
+    // The result so far: written to --out after every level (`complete` false until the last),
+    // so a sweep stopped part-way keeps the levels it finished.
+    let result = |rows: &[Value], complete: bool| {
+        json!({
+            "mode": "sweep",
+            "complete": complete,
+            "params": {
+                "streams": levels, "procs": a.procs, "prompt_tokens": prompt_tokens,
+                "max_tokens": max_tokens, "waves": waves,
+                "duration_s": a.duration.map(|d| d.as_secs_f64()), "seed": seed,
+                "temperature": 0.0, "ignore_eos": true,
+                "read_bandwidth_bytes_per_s": bandwidth.map(|b| b.0),
+                "read_bandwidth_source": bandwidth.map(|b| b.1),
+            },
+            "daemon": facts.to_json(),
+            "levels": rows,
+        })
+    };
     let mut rows = Vec::new();
     for (i, &streams) in levels.iter().enumerate() {
         let procs = a.procs.min(streams);
@@ -631,21 +649,13 @@ pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Er
         row["preemptions"] = preemptions(&after)
             .saturating_sub(preemptions(&before))
             .into();
+        eprintln!("nervactl bench: {streams} streams: {}", level_summary(&row));
         rows.push(row);
+        if i + 1 < levels.len() {
+            write_out(a.out.as_deref(), &result(&rows, false))?;
+        }
     }
-    let result = json!({
-        "mode": "sweep",
-        "params": {
-            "streams": levels, "procs": a.procs, "prompt_tokens": prompt_tokens,
-            "max_tokens": max_tokens, "waves": waves,
-            "duration_s": a.duration.map(|d| d.as_secs_f64()), "seed": seed,
-            "temperature": 0.0, "ignore_eos": true,
-            "read_bandwidth_bytes_per_s": bandwidth.map(|b| b.0),
-            "read_bandwidth_source": bandwidth.map(|b| b.1),
-        },
-        "daemon": facts.to_json(),
-        "levels": rows,
-    });
+    let result = result(&rows, true);
     // Every stream's measured requests start after every stream's first ended, so a level
     // without a window means records went missing: no figures rather than wrong ones.
     let empty: Vec<u64> = rows
@@ -665,6 +675,25 @@ pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Er
         print_table(&result, &facts);
     }
     Ok(())
+}
+
+/// One level's headline figures in a line (progress on stderr while the sweep goes on).
+fn level_summary(row: &Value) -> String {
+    let num = |k: &str| row[k].as_f64().map_or("-".into(), |v| format!("{v:.0}"));
+    let ms = |k: &str| {
+        row[k]
+            .as_f64()
+            .map_or("-".into(), |v| format!("{:.1} ms", v / 1e3))
+    };
+    format!(
+        "{} tok/s ({}% of roofline), ITL p50 {} p99 {}, TTFT p50 {} p99 {}",
+        num("tokens_per_s"),
+        num("roofline_pct"),
+        ms("itl_p50_us"),
+        ms("itl_p99_us"),
+        ms("ttft_p50_us"),
+        ms("ttft_p99_us"),
+    )
 }
 
 fn print_table(result: &Value, facts: &DaemonFacts) {

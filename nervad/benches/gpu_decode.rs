@@ -169,12 +169,13 @@ fn main() {
         .measure_read_bandwidth(args.buffer_mib << 20, 20)
         .expect("bandwidth");
     let weight_bytes = backend.weight_bytes_per_token();
+    let tuning = backend.tuning();
     let info = backend.info();
     let nodes1 = backend.graph_nodes(1);
     let vocab = model.config.vocab_size as u32;
     let mut engine = Engine::new(model, Box::new(backend), options);
     println!("device: {}", info.device);
-    println!("kernels: {:?}", CudaOptions::default().tuning);
+    println!("kernels: {:?}", tuning);
     println!(
         "load {load_s:.1} s, backend build (upload, compile or cache, graph capture) {build_s:.1} s"
     );

@@ -512,8 +512,8 @@ fn run(cli: &Cli) -> Res<()> {
     // wherever n1 runs; "default launch": what the backend launches by default (KernelTuning's
     // default variants over tiled weights).
     let sms = facts.sms as usize;
-    let default = KernelTuning::baseline();
-    let tuned = KernelTuning::default();
+    let baseline = KernelTuning::baseline();
+    let defaults = KernelTuning::default();
     for shape in SHAPES {
         let (_, ks, tiled, prep) = mma_families
             .iter()
@@ -528,7 +528,7 @@ fn run(cli: &Cli) -> Res<()> {
             .clone();
         let bytes = shape.k * shape.r * 2;
         for &t in &parse_list(&cli.mma_tokens) {
-            let plain = mma_launch(t, shape.r, sms, &default);
+            let plain = mma_launch(t, shape.r, sms, &baseline);
             let ms = b.mma(&ks, prep, shape, t, plain)?;
             let deep = if plain.variant == 0 {
                 let launch = MmaLaunch {
@@ -539,7 +539,7 @@ fn run(cli: &Cli) -> Res<()> {
             } else {
                 None
             };
-            let launch = mma_launch(t, shape.r, sms, &tuned);
+            let launch = mma_launch(t, shape.r, sms, &defaults);
             let tuned_ms = Some((launch, b.mma(&tiled, prep, shape, t, launch)?));
             let gemv = if t <= 64 {
                 Some(b.gemv(&fam, 4, shape, t)?)

@@ -1078,7 +1078,7 @@ impl CudaBackend {
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let mut weight_bytes = 0usize;
         let mut pair_rows = Vec::new();
-        // Host staging of tiled matrices (the largest layer matrix, reused).
+        // Host staging of tiled matrices, reused (it grows to the largest: the LM head's).
         let mut staged = Vec::new();
         // A matrix of `cols` columns stacked from `parts` (whole rows each), as stored.
         let mut upload_matrix = |gpu: &mut Gpu, to: DevBuf, parts: &[&[u8]], cols: usize| {
@@ -1380,6 +1380,7 @@ impl CudaBackend {
             }),
         };
         let mut tuning = cuda.tuning;
+        tuning.tiled_weights = tiled;
         if tuning.cluster_attention {
             let fits = if arch >= 90 {
                 gpu.allow_large_clusters(k.attn_decode_cluster)?;
@@ -1500,7 +1501,13 @@ impl CudaBackend {
         self.arena_bytes
     }
 
-    /// Compute capability as a number (90 for sm_90).
+    /// The kernel variants in use (`CudaOptions::tuning`, less what the device or the
+    /// projection mode ruled out).
+    pub fn tuning(&self) -> KernelTuning {
+        self.tuning
+    }
+
+    /// The device's compute capability as a number (e.g. 90 for sm_90).
     pub fn arch(&self) -> u32 {
         self.arch
     }
@@ -1671,7 +1678,8 @@ impl CudaBackend {
         let blocks = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles;
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
-        // float* y, int y_stride, int token_tiles): w holds R×K weights, x and y hold T rows of
+        // float* y, int y_stride, int token_tiles): w holds R×K weights (row-major, or tiled and
+        // padded as mma_tiled.cu reads them), x and y hold T rows of
         // their strides, xh (when used) the T prepared rows, bias/norm are null or R/K floats;
         // the grid is the row tiles times the token tiles.
         unsafe {

@@ -39,7 +39,9 @@ pub fn tiled_offset(r: usize, k: usize, cols: usize) -> usize {
 
 /// The row-major 16-bit matrix stacked from `parts` (each whole rows of `cols` elements, in
 /// order: e.g. q, k and v) written into `out` in the tiled layout, padding included. Row tiles
-/// are independent: large matrices are tiled on all cores.
+/// are independent: large matrices are tiled on all cores. `out` is reused between matrices
+/// without a memset of the whole: every element is written, and tiles that hold padding are
+/// zeroed first.
 pub fn tile_rows(parts: &[&[u8]], cols: usize, out: &mut Vec<u8>) {
     let row_bytes = cols * 2;
     assert!(
@@ -47,8 +49,10 @@ pub fn tile_rows(parts: &[&[u8]], cols: usize, out: &mut Vec<u8>) {
         "whole rows of 16-byte chunks"
     );
     let rows: usize = parts.iter().map(|p| p.len() / row_bytes).sum();
-    out.clear();
     out.resize(tiled_bytes(rows, cols), 0);
+    if rows == 0 {
+        return;
+    }
     // Row r of the stacked matrix.
     let row = |mut r: usize| -> &[u8] {
         for p in parts {
@@ -73,6 +77,9 @@ pub fn tile_rows(parts: &[&[u8]], cols: usize, out: &mut Vec<u8>) {
                 let first_tile = w * per_worker;
                 for (i, tile) in chunk.chunks_mut(tile_bytes).enumerate() {
                     let t = first_tile + i;
+                    if (t + 1) * TILE_ROWS > rows || !cols.is_multiple_of(TILE_COLS) {
+                        tile.fill(0);
+                    }
                     for rr in 0..TILE_ROWS {
                         let r = t * TILE_ROWS + rr;
                         if r >= rows {
@@ -101,13 +108,21 @@ mod tests {
 
     #[test]
     fn every_weight_lands_where_the_kernel_loads_it() {
-        // Odd shapes: a partial last tile and a partial last group.
-        for (rows, cols, split) in [(40, 200, 7), (16, 64, 16), (300, 1024, 100)] {
+        // Odd shapes: a partial last tile and a partial last group; over 64 tiles (2,100 rows)
+        // the tiles are shared out between threads. The output buffer is reused from the
+        // previous shape, as at upload, so stale bytes would show in the padding.
+        let mut tiled = vec![0xa5; 1 << 20];
+        for (rows, cols, split) in [
+            (40, 200, 7),
+            (16, 64, 16),
+            (300, 1024, 100),
+            (2100, 160, 1000),
+            (17, 8, 3),
+        ] {
             let m: Vec<u8> = (0..rows * cols)
                 .flat_map(|i| ((i * 7 + 3) as u16).to_le_bytes())
                 .collect();
             let (a, b) = m.split_at(split * cols * 2);
-            let mut tiled = Vec::new();
             tile_rows(&[a, b], cols, &mut tiled);
             assert_eq!(tiled.len(), tiled_bytes(rows, cols));
             let mut seen = vec![false; tiled.len() / 2];

@@ -11,7 +11,7 @@ __device__ __forceinline__ float warp_rms_inv(double lane_sum_sq, int n, float e
 }
 
 // 1 / sqrt(mean(x^2) + eps) of token rows x[rows[t]] (t < n ≤ TT) into inv[t], in the one order
-// every projection prologue uses (gemv.cu, mma.cu, and prefill.cu's to_half), so a row
+// every projection prologue uses (gemv.cu, mma.cuh, and prefill.cu's to_half), so a row
 // normalized by any of them has the same bits: threads 0..127 each sum chunks tid, tid + 128, ...
 // (8 squares each, in f64), a shuffle tree per warp, then warps 0..3 in order. Every thread of
 // the block calls it (it holds barriers); ss_red is [4][TT] in shared memory.

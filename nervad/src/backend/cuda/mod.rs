@@ -210,7 +210,7 @@ impl KernelTuning {
 /// The kernels of the per-token projections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Projections {
-    /// Tensor cores (mma.cu) for every batch size: inputs rounded to 16 bits, one reduction
+    /// Tensor cores (mma.cuh) for every batch size: inputs rounded to 16 bits, one reduction
     /// order per output element whatever the batch, so results are batch-invariant, and the
     /// weights are read once per step up to 64 tokens.
     #[default]
@@ -304,7 +304,7 @@ struct Kernels {
     gemv_plain_add: [GemvFamily; 2],
     /// RMSNorm + gate|up (rows interleaved in pairs) + silu(gate)·up; 4 rows per block.
     gemv_glu: [GemvFamily; 1],
-    /// The tensor-core projections (mma.cu): rms, plain_add, glu.
+    /// The tensor-core projections (mma.cuh, built as mma.cu or mma_tiled.cu): rms, plain_add, glu.
     mma: [MmaFamily; 3],
     embed: Kernel,
     rope_append: Kernel,
@@ -502,7 +502,7 @@ struct MmaFamily {
     split: [Kernel; 3],
 }
 
-/// The mma.cu variants of a projection, in `mma_variant`'s numbering (kernel
+/// The mma.cuh variants of a projection, in `mma_variant`'s numbering (kernel
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`) and the token-split multi-tile ones.
 pub const MMA_VARIANTS: [&str; 9] = [
@@ -1657,7 +1657,7 @@ impl CudaBackend {
         Ok(xa)
     }
 
-    /// The tensor-core projection (mma.cu) of `t` tokens, shaped by `mma_launch`. Past one
+    /// The tensor-core projection (mma.cuh) of `t` tokens, shaped by `mma_launch`. Past one
     /// n-tile (or from `KernelTuning::prepared_from` tokens) the inputs are prepared once by
     /// to_half into `xa` (normalized, gathered, rounded) instead of by every block.
     fn mma(

@@ -1,8 +1,8 @@
 //! The projections alone: our GEMV kernels against the read bandwidth measured in the same run,
-//! our tensor-core projection (mma.cuh, the default decode kernel, over row-major and tiled weights) for 1 to 256 tokens against
+//! our tensor-core projection (mma.cuh, the default decode kernel) for 1 to 256 tokens against
 //! the bandwidth and the GEMV — beside it the deep one-n-tile variant and the launch the backend
-//! makes with every speed-only variant on (`KernelTuning`), where that differs — and cuBLAS
-//! (tensor cores, bf16 in, f32 out) against them for 1 to 2,048 tokens, with the bf16 GEMM peak.
+//! makes by default (`KernelTuning::default()`, over tiled weights) — and cuBLAS (tensor cores,
+//! bf16 in, f32 out) against them for 1 to 2,048 tokens, with the bf16 GEMM peak.
 //!
 //! ```text
 //! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--mma-tokens 1,8,16,32,64,128,256]

@@ -107,9 +107,9 @@ if has sweep; then
     ${SWEEP_FLAGS:-} >"$O/daemon_sweep.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 180); do [ -S $sock ] && break; sleep 1; done
-  timeout ${SWEEP_TIMEOUT:-420} "$B/nervactl" --socket $sock bench --streams ${SWEEP_STREAMS:-1,8,32,64,128,256} \
+  timeout ${SWEEP_TIMEOUT:-400} "$B/nervactl" --socket $sock bench --streams ${SWEEP_STREAMS:-1,8,32,64,128,256} \
     --prompt-tokens 512 --max-tokens 256 --waves 1 --out "$O/sweep.json" 2>&1 | tee "$O/sweep.log"
-  [ "${SWEEP_FORK:-1}" = 1 ] && timeout 240 "$B/nervactl" --socket $sock bench --fork 32 \
+  [ "${SWEEP_FORK:-1}" = 1 ] && timeout 120 "$B/nervactl" --socket $sock bench --fork 32 \
     --prompt-tokens 512 --max-tokens 128 --out "$O/fork.json" 2>&1 | tee "$O/fork.log"
   timeout 60 "$B/nervactl" --socket $sock stats 2>&1 | tail -40 >> "$O/sweep.log"
   kill $pid; wait $pid

@@ -930,11 +930,11 @@ impl CudaBackend {
             )));
         }
         let arch = (facts.capability.0 * 10 + facts.capability.1) as u32;
-        // Tiled weights where only the tensor-core kernels read them (the GEMV and cuBLAS read
-        // rows).
-        let tiled = cuda.tuning.tiled_weights
-            && cuda.projections == Projections::Tensor
-            && !cuda.fast_prefill;
+        // Whether only the tensor-core kernels read the projection weights: then there is no
+        // cuBLAS (prompts too run on them) and the weights may be tiled (the GEMV and cuBLAS
+        // read rows).
+        let mma_only = cuda.projections == Projections::Tensor && !cuda.fast_prefill;
+        let tiled = cuda.tuning.tiled_weights && mma_only;
         let mma_module = if tiled { "mma_tiled.cu" } else { "mma.cu" };
         let compiled = kernels::build(
             arch,
@@ -1398,7 +1398,7 @@ impl CudaBackend {
                 tuning.cluster_attention = false;
             }
         }
-        let blas = if !cuda.fast_prefill && cuda.projections == Projections::Tensor {
+        let blas = if mma_only {
             None
         } else if !Blas::present() {
             tracing::warn!(

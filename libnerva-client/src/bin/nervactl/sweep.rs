@@ -606,7 +606,7 @@ pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Er
     }
     // The result so far: written to --out after every level (`complete` false until the last),
     // so a sweep stopped part-way keeps the levels it finished.
-    let result = |rows: &[Value], complete: bool| {
+    let sweep_json = |rows: &[Value], complete: bool| {
         json!({
             "mode": "sweep",
             "complete": complete,
@@ -652,10 +652,10 @@ pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Er
         eprintln!("nervactl bench: {streams} streams: {}", level_summary(&row));
         rows.push(row);
         if i + 1 < levels.len() {
-            write_out(a.out.as_deref(), &result(&rows, false))?;
+            write_out(a.out.as_deref(), &sweep_json(&rows, false))?;
         }
     }
-    let result = result(&rows, true);
+    let result = sweep_json(&rows, true);
     // Every stream's measured requests start after every stream's first ended, so a level
     // without a window means records went missing: no figures rather than wrong ones.
     let empty: Vec<u64> = rows

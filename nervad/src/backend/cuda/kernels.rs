@@ -333,8 +333,19 @@ pub fn build_all(arch: u32) -> Result<Vec<Compiled>, BackendError> {
 }
 
 /// The modules named (file names under `kernels/`), in that order, for `arch`: from the cache
-/// where an entry verifies, else compiled (and cached).
+/// where an entry verifies, else compiled (and cached). Each module compiles on a thread of its
+/// own (NVRTC programs are independent), so a cold start waits for the slowest module rather
+/// than for all of them in turn.
 pub fn build(arch: u32, names: &[&str]) -> Result<Vec<Compiled>, BackendError> {
+    build_in(arch, names, cache_dir().as_deref())
+}
+
+/// `build` with the cache in `dir` (None: compile every module, cache nothing).
+pub fn build_in(
+    arch: u32,
+    names: &[&str],
+    dir: Option<&Path>,
+) -> Result<Vec<Compiled>, BackendError> {
     let include = cuda_include_dir().ok_or_else(|| {
         BackendError::Device(
             "CUDA headers (cuda_bf16.h) not found: set NERVA_CUDA_INCLUDE, CUDA_HOME or install \
@@ -342,35 +353,55 @@ pub fn build(arch: u32, names: &[&str]) -> Result<Vec<Compiled>, BackendError> {
                 .into(),
         )
     })?;
-    let dir = cache_dir();
-    names
+    let include = &include;
+    std::thread::scope(|scope| {
+        let builds: Vec<_> = names
+            .iter()
+            .map(|name| scope.spawn(move || build_one(name, arch, include, dir)))
+            .collect();
+        builds
+            .into_iter()
+            .map(|b| {
+                b.join().unwrap_or_else(|_| {
+                    Err(BackendError::Device(
+                        "a kernel compile thread panicked".into(),
+                    ))
+                })
+            })
+            .collect()
+    })
+}
+
+/// One module: from the cache in `dir` where its entry verifies, else compiled (and cached).
+fn build_one(
+    name: &str,
+    arch: u32,
+    include: &Path,
+    dir: Option<&Path>,
+) -> Result<Compiled, BackendError> {
+    let source = MODULES
         .iter()
-        .map(|name| {
-            let source = MODULES
-                .iter()
-                .find(|m| m.name == *name)
-                .ok_or_else(|| BackendError::Device(format!("no kernel module {name}")))?;
-            let path = match &dir {
-                Some(d) => Some(cache_path(d, source, arch, &include)?),
-                None => None,
-            };
-            if let Some(cubin) = path.as_deref().and_then(read_cached) {
-                return Ok(Compiled {
-                    name: source.name,
-                    cubin,
-                    log: String::new(),
-                    cached: true,
-                });
-            }
-            let compiled = compile(source, arch, &include)?;
-            if let Some(path) = &path
-                && let Err(e) = write_cached(path, &compiled.cubin)
-            {
-                tracing::warn!(path = %path.display(), error = %e, "cannot cache compiled kernels");
-            }
-            Ok(compiled)
-        })
-        .collect()
+        .find(|m| m.name == name)
+        .ok_or_else(|| BackendError::Device(format!("no kernel module {name}")))?;
+    let path = match dir {
+        Some(d) => Some(cache_path(d, source, arch, include)?),
+        None => None,
+    };
+    if let Some(cubin) = path.as_deref().and_then(read_cached) {
+        return Ok(Compiled {
+            name: source.name,
+            cubin,
+            log: String::new(),
+            cached: true,
+        });
+    }
+    let compiled = compile(source, arch, include)?;
+    if let Some(path) = &path
+        && let Err(e) = write_cached(path, &compiled.cubin)
+    {
+        tracing::warn!(path = %path.display(), error = %e, "cannot cache compiled kernels");
+    }
+    Ok(compiled)
 }
 
 /// Per-kernel (name, registers, spill store bytes) parsed from a ptxas `-v` log.

@@ -503,7 +503,7 @@ __device__ __forceinline__ bool decode_split_partial(
     KV* kv, const int* __restrict__ tables, KvGeometry geo, int heads, int kv_heads,
     int head_dim, int window, float scale, const float* __restrict__ q_norm,
     const float* __restrict__ k_norm, float eps, const float* __restrict__ cos_t,
-    const float* __restrict__ sin_t, float* part_o, float* part_ml) {
+    const float* __restrict__ sin_t, float* part_o, float* part_ml, const L2Prefetch& pf) {
     const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
     // The step's metadata is read before the padding check so the loads go out together
     // (padding entries hold valid indices).
@@ -521,6 +521,10 @@ __device__ __forceinline__ bool decode_split_partial(
     const int first_n = min(ATTN_TILE, s.span - z * ATTN_TILE);
     if (first_n > 0) tile.load(kv, s.table, geo, g, D, epl, s.first + z * ATTN_TILE, first_n);
     pdl_enter();
+    // Token 0's blocks ask L2 for the next projections' weights (once the q|k|v projection has
+    // stopped reading: asked earlier, they only compete with its drain).
+    if (t == 0)
+        l2_prefetch(pf, threadIdx.x * gridDim.y * Z + g * Z + z, gridDim.y * Z * ATTN_THREADS);
     for (int a = warp; a < G; a += ATTN_WARPS)
         rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
     const int new_tile = (s.pos - s.first) / ATTN_TILE;
@@ -543,12 +547,12 @@ __device__ __forceinline__ void attn_decode_body(
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
-    float* part_ml, int* __restrict__ done, float* __restrict__ out) {
+    float* part_ml, int* __restrict__ done, float* __restrict__ out, const L2Prefetch& pf) {
     __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
     __shared__ int last;
     if (!decode_split_partial<KV, DIM, false>(sh, meta, qkv, kv, tables, geo, heads, kv_heads,
                                               head_dim, window, scale, q_norm, k_norm, eps,
-                                              cos_t, sin_t, part_o, part_ml))
+                                              cos_t, sin_t, part_o, part_ml, pf))
         return;
     const int t = blockIdx.x, g = blockIdx.y, Z = gridDim.z;
     const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
@@ -581,7 +585,7 @@ __device__ __forceinline__ void attn_decode_serial_body(
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
-    float* part_ml, float* __restrict__ out) {
+    float* part_ml, float* __restrict__ out, const L2Prefetch& pf) {
     __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
     const int t = blockIdx.x, g = blockIdx.y;
     const int tokens = meta.counts[0];
@@ -598,6 +602,7 @@ __device__ __forceinline__ void attn_decode_serial_body(
     tile.load(kv, s.table, geo, g, D, epl, s.first, min(ATTN_TILE, s.span));
     // As in attn_decode: metadata, block table and older KV only, until the projection is done.
     pdl_enter();
+    if (t == 0) l2_prefetch(pf, threadIdx.x * gridDim.y + g, gridDim.y * ATTN_THREADS);
     for (int a = warp; a < G; a += ATTN_WARPS)
         rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
     write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
@@ -632,13 +637,14 @@ __device__ __forceinline__ void attn_decode_cluster_body(
     StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
-    const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* __restrict__ out) {
+    const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* __restrict__ out,
+    const L2Prefetch& pf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
     // The cluster spans z: one (token, kv head), so a padding token leaves the whole cluster.
     if (!decode_split_partial<KV, DIM, true>(sh, meta, qkv, kv, tables, geo, heads, kv_heads,
                                              head_dim, window, scale, q_norm, k_norm, eps,
-                                             cos_t, sin_t, nullptr, nullptr))
+                                             cos_t, sin_t, nullptr, nullptr, pf))
         return;
     const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
     const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
@@ -687,27 +693,28 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
         int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
         const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* part_o,  \
-        float* part_ml, int* done, float* out) {                                                \
+        float* part_ml, int* done, float* out, L2Prefetch pf) {                                 \
         attn_decode_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim,        \
                                   window, scale, q_norm, k_norm, eps, cos_t, sin_t, part_o,     \
-                                  part_ml, done, out);                                          \
+                                  part_ml, done, out, pf);                                      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_cluster_##DT##SUFFIX( \
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
         int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
-        const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* out) {   \
+        const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* out,     \
+        L2Prefetch pf) {                                                                        \
         attn_decode_cluster_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads,          \
                                           head_dim, window, scale, q_norm, k_norm, eps, cos_t,  \
-                                          sin_t, out);                                          \
+                                          sin_t, out, pf);                                      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_serial_##DT##SUFFIX( \
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
         int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
         const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* part_o,  \
-        float* part_ml, float* out) {                                                           \
+        float* part_ml, float* out, L2Prefetch pf) {                                            \
         attn_decode_serial_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim, \
                                          window, scale, q_norm, k_norm, eps, cos_t, sin_t,      \
-                                         part_o, part_ml, out);                                 \
+                                         part_o, part_ml, out, pf);                             \
     }
 
 // Head dimensions compiled as constants (every loop unrolled, registers sized exactly), and a

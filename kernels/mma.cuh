@@ -314,6 +314,255 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     }
 }
 
+// The fixed-order GEMM (many tokens: prompt chunks, large decode steps). The same sums as
+// mma_body, bit for bit: an output element is the chains w = 0..7 (chain w: groups w, w + 8, ...
+// ascending, four mma per group in the same k permutation, from a zero accumulator) merged as
+// (((w0 + w4) + (w1 + w5)) + (w2 + w6)) + (w3 + w7), then the bias. mma_body gives each chain
+// to a warp and takes the operands straight from memory into registers, so every block re-reads
+// the tokens' inputs; here a block computes a 128-row × 128-token tile, runs the chains one
+// after another (w0, w4, w1, w5, ...: each pair's sum is taken as soon as its second chain
+// ends; the pair's first chain waits in shared memory, the running sum in registers) and stages
+// each group's weights and inputs in shared memory (cp.async, GEMM_STAGES deep), where its 8
+// warps (32 rows × 64 tokens each) share them. Fragments are read from shared memory in the
+// layout the tiled weights already have ([row tile][h][q][lane], 16 bytes each), so each thread
+// still holds exactly mma_body's 16 bytes per operand.
+#define GEMM_BM 128
+#define GEMM_BN 128
+#define GEMM_WN (GEMM_BN / 16)  // n-tiles per warp: the block's tokens in two halves
+#define GEMM_STAGES 3
+#define GEMM_A_BYTES (GEMM_BM / 16 * 2048)
+#define GEMM_B_BYTES (GEMM_BN / 8 * 1024)
+#define GEMM_STAGE_BYTES (GEMM_A_BYTES + GEMM_B_BYTES)
+// A pair's first chain, per thread: [warp][m][n][e][lane] floats.
+#define GEMM_FIRST_BYTES (MMA_WARPS * 2 * GEMM_WN * 4 * 32 * 4)
+// Dynamic shared memory of a launch (the host's MMA_GEMM_SHARED).
+#define GEMM_SMEM (GEMM_STAGES * GEMM_STAGE_BYTES + GEMM_FIRST_BYTES)
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ uint4 lds128(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr));
+    return v;
+}
+
+// Chain ci of the GEMM's order (0, 4, 1, 5, 2, 6, 3, 7) and how many groups it holds.
+__device__ __forceinline__ int gemm_chain(int ci) { return (ci & 1) * 4 + (ci >> 1); }
+__device__ __forceinline__ int gemm_chain_len(int v, int groups) {
+    return v < groups ? (groups - v + MMA_WARPS - 1) / MMA_WARPS : 0;
+}
+
+// Group gi's weights for the block's 8 row tiles into stage `a` ([m][h][q][lane], 16 KiB).
+template <typename W>
+__device__ __forceinline__ void gemm_stage_weights(u32 a, const W* __restrict__ w, int row0, int R,
+                                                   int K, int groups, int gi) {
+#pragma unroll
+    for (int r = 0; r < GEMM_A_BYTES / 16 / MMA_THREADS; ++r) {
+        const int i = threadIdx.x + r * MMA_THREADS;
+        const int m = i / 128, hq = (i / 32) % 4, lane = i % 32;
+#if MMA_TILED
+        const bool valid = row0 + 16 * m < R;
+        const W* src = w + ((size_t)(row0 / 16 + m) * groups + gi) * 1024 + hq * 256 + lane * 8;
+#else
+        const int row = row0 + 16 * m + 8 * (hq >> 1) + (lane >> 2);
+        const int k = gi * MMA_GROUP + 32 * (hq & 1) + 8 * (lane & 3);
+        const bool valid = row < R && k < K;
+        const W* src = w + (size_t)row * K + k;
+#endif
+        cp_async16(a + i * 16, valid ? src : w, valid);
+    }
+}
+
+// Group gi's prepared inputs of tokens t0 .. t0 + GEMM_BN - 1 into stage `b` ([n][q][lane]).
+template <typename W>
+__device__ __forceinline__ void gemm_stage_inputs(u32 b, const W* __restrict__ xh, int t0, int T,
+                                                  int K, int gi) {
+#pragma unroll
+    for (int r = 0; r < GEMM_B_BYTES / 16 / MMA_THREADS; ++r) {
+        const int i = threadIdx.x + r * MMA_THREADS;
+        const int n = i / 64, q = (i / 32) % 2, lane = i % 32;
+        const int t = t0 + 8 * n + (lane >> 2);
+        const int k = gi * MMA_GROUP + 32 * q + 8 * (lane & 3);
+        const bool valid = t < T && k < K;
+        cp_async16(b + i * 16, valid ? xh + (size_t)t * K + k : xh, valid);
+    }
+}
+
+template <typename W, int EPI>
+__device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
+                                              const W* __restrict__ xh, int K, int R, int T,
+                                              float* __restrict__ y, int y_stride, int token_tiles) {
+    extern __shared__ __align__(128) unsigned char gemm_smem[];
+#if defined(__CUDA_ARCH__)
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < GEMM_SMEM) __trap();  // launched without its shared memory: a host bug
+#endif
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wr = warp & 3, wc = warp >> 2;  // the warp's 32 rows and GEMM_BN / 2 tokens
+    const int row0 = (blockIdx.x / token_tiles) * GEMM_BM;
+    const int t0 = (blockIdx.x % token_tiles) * GEMM_BN;
+    const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+    const u32 base = (u32)__cvta_generic_to_shared(gemm_smem);
+    auto stage_a = [&](int s) { return base + (u32)(s % GEMM_STAGES) * GEMM_STAGE_BYTES; };
+    auto stage_b = [&](int s) { return stage_a(s) + GEMM_A_BYTES; };
+    // Position p of the chain order -> its group.
+    auto group_at = [&](int p) {
+#pragma unroll
+        for (int ci = 0; ci < MMA_WARPS; ++ci) {
+            const int v = gemm_chain(ci), n = gemm_chain_len(v, groups);
+            if (p < n) return v + MMA_WARPS * p;
+            p -= n;
+        }
+        return 0;
+    };
+
+    // The first stages' weights do not depend on the previous kernel; the inputs do (to_half).
+#pragma unroll
+    for (int s = 0; s < GEMM_STAGES - 1; ++s)
+        if (s < groups) gemm_stage_weights<W>(stage_a(s), w, row0, R, K, groups, group_at(s));
+    pdl_enter();
+#pragma unroll
+    for (int s = 0; s < GEMM_STAGES - 1; ++s) {
+        if (s < groups) gemm_stage_inputs<W>(stage_b(s), xh, t0, T, K, group_at(s));
+        cp_async_commit();
+    }
+
+    float acc[2][GEMM_WN][4], sum[2][GEMM_WN][4];
+    float* first = reinterpret_cast<float*>(gemm_smem + GEMM_STAGES * GEMM_STAGE_BYTES) +
+                   warp * (2 * GEMM_WN * 4 * 32) + lane;
+    int p = 0;
+    for (int ci = 0; ci < MMA_WARPS; ++ci) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < GEMM_WN; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+        const int len = gemm_chain_len(gemm_chain(ci), groups);
+        for (int j = 0; j < len; ++j, ++p) {
+            cp_async_wait<GEMM_STAGES - 2>();
+            __syncthreads();
+            // Refill the stage every warp finished with (the barrier above) GEMM_STAGES - 1 ahead.
+            const int ahead = p + GEMM_STAGES - 1;
+            if (ahead < groups) {
+                const int gi = group_at(ahead);
+                gemm_stage_weights<W>(stage_a(ahead), w, row0, R, K, groups, gi);
+                gemm_stage_inputs<W>(stage_b(ahead), xh, t0, T, K, gi);
+            }
+            cp_async_commit();
+            const u32 a = stage_a(p), b = stage_b(p);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                uint4 lo[2], hi[2], xb[GEMM_WN];
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    const int tile = 2 * wr + m;
+                    lo[m] = lds128(a + ((tile * 4 + q) * 32 + lane) * 16);
+                    hi[m] = lds128(a + ((tile * 4 + 2 + q) * 32 + lane) * 16);
+                }
+#pragma unroll
+                for (int n = 0; n < GEMM_WN; ++n)
+                    xb[n] = lds128(b + (((GEMM_WN * wc + n) * 2 + q) * 32 + lane) * 16);
+#pragma unroll
+                for (int jj = 0; jj < 2; ++jj) {
+                    // mma j = 2q + jj: words 2jj, 2jj + 1 of chunk q (mma_body's 2j, 2j + 1).
+#pragma unroll
+                    for (int n = 0; n < GEMM_WN; ++n) {
+                        const u32* bw = reinterpret_cast<const u32*>(&xb[n]);
+#pragma unroll
+                        for (int m = 0; m < 2; ++m) {
+                            const u32* l = reinterpret_cast<const u32*>(&lo[m]);
+                            const u32* h = reinterpret_cast<const u32*>(&hi[m]);
+                            const u32 fa[4] = {l[2 * jj], h[2 * jj], l[2 * jj + 1], h[2 * jj + 1]};
+                            mma_16816(acc[m][n], fa, bw[2 * jj], bw[2 * jj + 1], w);
+                        }
+                    }
+                }
+            }
+        }
+        // Chains 0..3 open a pair, 4..7 close it: p_i = w_i + w_(i+4), sum = ((p0 + p1) + p2) + p3.
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < GEMM_WN; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float& f = first[((m * GEMM_WN + n) * 4 + e) * 32];  // the thread's own
+                    if ((ci & 1) == 0) {
+                        f = acc[m][n][e];
+                    } else {
+                        const float pair = f + acc[m][n][e];
+                        sum[m][n][e] = ci == 1 ? pair : sum[m][n][e] + pair;
+                    }
+                }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // The tile's sums through shared memory (over the stages), so the stores are by rows.
+    float(*tile)[GEMM_BN + 1] = reinterpret_cast<float(*)[GEMM_BN + 1]>(gemm_smem);
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < GEMM_WN; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                tile[32 * wr + 16 * m + g + 8 * (e >> 1)]
+                    [8 * GEMM_WN * wc + 8 * n + 2 * c + (e & 1)] = sum[m][n][e];
+    __syncthreads();
+    if (EPI == MEPI_GLU) {
+        // As mma_body: tile m's rows 4q + e (gate) and 4q + 2 + e (up) give output
+        // 8 (row0 / 16 + m) + 2q + e.
+        for (int i = tid; i < GEMM_BM / 2 * GEMM_BN; i += MMA_THREADS) {
+            const int o = i % (GEMM_BM / 2), t = i / (GEMM_BM / 2);
+            const int m = o / 8, q = (o % 8) / 2, e = o % 2;
+            const int rg = 16 * m + 4 * q + e, ru = rg + 2;
+            if (row0 + ru < R && t0 + t < T) {
+                float gs = tile[rg][t], us = tile[ru][t];
+                if (bias) {
+                    gs += bias[row0 + rg];
+                    us += bias[row0 + ru];
+                }
+                y[(size_t)(t0 + t) * y_stride + (row0 / 16 + m) * 8 + 2 * q + e] = silu(gs) * us;
+            }
+        }
+    } else {
+        for (int i = tid; i < GEMM_BM * GEMM_BN; i += MMA_THREADS) {
+            const int r = i % GEMM_BM, t = i / GEMM_BM;
+            if (row0 + r < R && t0 + t < T) {
+                float v = tile[r][t];
+                if (bias) v += bias[row0 + r];
+                float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
+                if (EPI == MEPI_ADD) *out += v; else *out = v;
+            }
+        }
+    }
+}
+
+// The GEMM variant of a family: the projection's parameter list (x, x_stride, x_rows, norm_w
+// and eps unused: the inputs come prepared), one block per 128 rows × 128 tokens (token_tiles
+// blocks per row block, adjacent), GEMM_SMEM bytes of dynamic shared memory.
+#define MMA_GEMM_ENTRY(NAME, W, EPI)                                                           \
+    extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1)                               \
+        NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
+             const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
+             const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
+             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles) {     \
+        mma_gemm_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles);                \
+    }
+
 #define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT, DEEP))   \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
@@ -341,7 +590,8 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     MMA_ENTRY(mma_##MODE##_##DT##_n1h, W, 1, 1, MIN_HALF, EPI, 0, 0)        \
     MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1)        \
     MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1)        \
-    MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1)
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1)      \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, W, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

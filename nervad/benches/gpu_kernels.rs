@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--mma-tokens 1,8,16,32,64,128,256]
-//!     [--gemm-tokens 1,8,64,256,2048]
+//!     [--gemm-tokens 1,8,64,128,256,1024,2048]
 //! ```
 //! Weights rotate over copies totalling ≥ 512 MiB, so every launch reads them from HBM, not L2.
 //! Each figure is the median over 10 replays of a graph of 20 launches. Without a CUDA device
@@ -15,7 +15,10 @@
 use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
-use nervad::backend::cuda::{KernelTuning, MMA_DEEP, MMA_VARIANTS, MmaLaunch, kernels, mma_launch};
+use nervad::backend::cuda::{
+    KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS, MmaLaunch,
+    kernels, mma_launch,
+};
 use nervad::model::DType;
 
 #[derive(Parser, Debug)]
@@ -27,7 +30,7 @@ struct Cli {
     #[arg(long, default_value = "1,2,8,16,32,64,128,256")]
     mma_tokens: String,
     /// Token counts for cuBLAS against our kernels.
-    #[arg(long, default_value = "1,8,64,256,2048")]
+    #[arg(long, default_value = "1,8,64,128,256,1024,2048")]
     gemm_tokens: String,
     /// CUDA device.
     #[arg(long, default_value_t = 0)]
@@ -413,10 +416,12 @@ fn run(cli: &Cli) -> Res<()> {
             .map(|v| format!("mma_{mode}_bf16_{v}"))
             .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let ks = gpu.load(&find("mma.cu").cubin, &refs)?;
+        let mut ks = gpu.load(&find("mma.cu").cubin, &refs)?;
         // The same kernels over tiled weights: the benchmark's weights are random bits either
         // way, so only the addresses (and the time) differ.
-        let tiled = gpu.load(&find("mma_tiled.cu").cubin, &refs)?;
+        let mut tiled = gpu.load(&find("mma_tiled.cu").cubin, &refs)?;
+        ks[MMA_GEMM] = gpu.with_dynamic_shared(ks[MMA_GEMM], MMA_GEMM_SHARED)?;
+        tiled[MMA_GEMM] = gpu.with_dynamic_shared(tiled[MMA_GEMM], MMA_GEMM_SHARED)?;
         let prep = if m == Mode::PlainAdd {
             "to_half_plain_bf16"
         } else {
@@ -576,8 +581,17 @@ fn run(cli: &Cli) -> Res<()> {
     let Some(mut blas) = blas else { return Ok(()) };
     println!();
     println!(
-        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
-        "model", "proj", "M", "GEMV (us)", "TFLOP/s", "cuBLAS (us)", "TFLOP/s", "ratio"
+        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
+        "model",
+        "proj",
+        "M",
+        "GEMV (us)",
+        "TFLOP/s",
+        "GEMM (us)",
+        "TFLOP/s",
+        "cuBLAS (us)",
+        "TFLOP/s",
+        "ratio"
     );
     for shape in SHAPES.iter().filter(|s| s.name != "lm_head") {
         let fam = families
@@ -594,6 +608,24 @@ fn run(cli: &Cli) -> Res<()> {
             } else {
                 None
             };
+            // The fixed-order GEMM (mma.cuh, tiled weights), its input preparation included as
+            // the backend launches it.
+            let gemm = if m > 8 {
+                let (_, _, tiled, prep) = mma_families
+                    .iter()
+                    .find(|(md, _, _, _)| *md == shape.mode)
+                    .expect("mma family")
+                    .clone();
+                let launch = MmaLaunch {
+                    variant: MMA_GEMM,
+                    rows: 128,
+                    token_tiles: m.div_ceil(MMA_GEMM_TOKENS) as u32,
+                    prepared: true,
+                };
+                Some(b.mma(&tiled, prep, shape, m, launch)?)
+            } else {
+                None
+            };
             let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
             let cublas = b.time(|_, i| {
                 let w = wbase + weight_offset(shape, region, i);
@@ -604,14 +636,22 @@ fn run(cli: &Cli) -> Res<()> {
             let (o_us, o_tf) = ours.map_or(("-".to_string(), "-".to_string()), |o| {
                 (format!("{:.2}", o * 1e3), format!("{:.1}", tf(o)))
             });
-            let ratio = ours.map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
+            let (g_us, g_tf) = gemm.map_or(("-".to_string(), "-".to_string()), |o| {
+                (format!("{:.2}", o * 1e3), format!("{:.1}", tf(o)))
+            });
+            // Ours (the GEMM where it runs, else the GEMV) against cuBLAS.
+            let ratio = gemm
+                .or(ours)
+                .map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
             println!(
-                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
+                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
                 shape.model,
                 shape.name,
                 m,
                 o_us,
                 o_tf,
+                g_us,
+                g_tf,
                 cublas * 1e3,
                 tf(cublas),
                 ratio

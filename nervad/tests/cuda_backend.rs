@@ -504,10 +504,34 @@ fn kernel_variants_give_identical_bits() {
                 KernelTuning::default(),
             ),
             (
-                "tiled weights + deep projections + serial attention",
+                "tiled weights + deep projections + serial attention + L2 prefetch",
                 KernelTuning {
                     deep_n1_blocks_per_sm: 1 << 20,
                     serial_attention_from: Some(1),
+                    l2_prefetch_bytes: 64 << 20,
+                    l2_prefetch_until: 1 << 20,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "tiled weights + the fixed-order GEMM from 9 tokens",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "row-major weights + the fixed-order GEMM from 9 tokens",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    ..KernelTuning::baseline()
+                },
+            ),
+            (
+                "the default variants + L2 prefetch",
+                KernelTuning {
+                    l2_prefetch_bytes: 24 << 20,
+                    l2_prefetch_until: 8,
                     ..KernelTuning::default()
                 },
             ),

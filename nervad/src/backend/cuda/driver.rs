@@ -119,6 +119,8 @@ impl Drop for Pinned {
 #[derive(Debug, Clone, Copy)]
 pub struct Kernel {
     f: sys::CUfunction,
+    /// Dynamic shared memory bytes of each launch (`Gpu::with_dynamic_shared`).
+    shared: u32,
 }
 
 // SAFETY: a CUfunction handle is usable from any thread with the context current.
@@ -127,7 +129,7 @@ unsafe impl Send for Kernel {}
 /// Kernel arguments: pointers to each value, as cuLaunchKernel takes them. Fixed capacity so a
 /// launch never allocates.
 pub struct Args<'a> {
-    ptrs: [*mut c_void; 20],
+    ptrs: [*mut c_void; 24],
     len: usize,
     _values: std::marker::PhantomData<&'a ()>,
 }
@@ -136,7 +138,7 @@ impl<'a> Args<'a> {
     /// No arguments yet.
     pub fn new() -> Self {
         Args {
-            ptrs: [std::ptr::null_mut(); 20],
+            ptrs: [std::ptr::null_mut(); 24],
             len: 0,
             _values: std::marker::PhantomData,
         }
@@ -361,9 +363,28 @@ impl Gpu {
                 let f = unsafe { cu::module::get_function(module, c) }.map_err(|e| {
                     BackendError::Device(format!("kernel {name} missing from its module: {e}"))
                 })?;
-                Ok(Kernel { f })
+                Ok(Kernel { f, shared: 0 })
             })
             .collect()
+    }
+
+    /// `k` launched with `bytes` of dynamic shared memory (past the 48 KiB every kernel may
+    /// use, the function must opt in first).
+    pub fn with_dynamic_shared(&self, k: Kernel, bytes: u32) -> Result<Kernel, BackendError> {
+        // SAFETY: k.f is a valid function of a loaded module; the driver checks the size
+        // against the device's limit.
+        unsafe {
+            sys::cuFuncSetAttribute(
+                k.f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }
+        .result()?;
+        Ok(Kernel {
+            f: k.f,
+            shared: bytes,
+        })
     }
 
     /// Registers and local (spill) bytes of a kernel, for the compile report.
@@ -440,7 +461,7 @@ impl Gpu {
             attrs[n] = cluster_attribute(dims);
             n += 1;
         }
-        let config = self.launch_config(grid, block, &mut attrs[..n]);
+        let config = self.launch_config(grid, block, k.shared, &mut attrs[..n]);
         // SAFETY: the caller guarantees the argument list; the values behind the pointers live
         // for this call ('a), and cuLaunchKernelEx copies them (and reads `config` and `attrs`,
         // which outlive the call) before returning.
@@ -452,12 +473,13 @@ impl Gpu {
         Ok(())
     }
 
-    /// A launch of `grid` blocks of `block` threads on the stream with `attrs` (which must
-    /// outlive every use of the returned config).
+    /// A launch of `grid` blocks of `block` threads and `shared` bytes of dynamic shared
+    /// memory on the stream with `attrs` (which must outlive every use of the returned config).
     fn launch_config(
         &self,
         grid: (u32, u32, u32),
         block: u32,
+        shared: u32,
         attrs: &mut [sys::CUlaunchAttribute],
     ) -> sys::CUlaunchConfig {
         sys::CUlaunchConfig {
@@ -467,7 +489,7 @@ impl Gpu {
             blockDimX: block,
             blockDimY: 1,
             blockDimZ: 1,
-            sharedMemBytes: 0,
+            sharedMemBytes: shared,
             hStream: self.stream,
             attrs: attrs.as_mut_ptr(),
             numAttrs: attrs.len() as u32,
@@ -497,7 +519,7 @@ impl Gpu {
         cluster: (u32, u32, u32),
     ) -> Result<i32, BackendError> {
         let mut attr = [cluster_attribute(cluster)];
-        let config = self.launch_config(cluster, block, &mut attr);
+        let config = self.launch_config(cluster, block, k.shared, &mut attr);
         let mut n = 0i32;
         // SAFETY: k.f is a valid function; config and the attribute it points to live for the
         // call; n is written.

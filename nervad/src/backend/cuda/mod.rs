@@ -144,13 +144,26 @@ pub struct KernelTuning {
     /// else reads them (`Projections::Tensor` without `fast_prefill`: the GEMV and cuBLAS read
     /// row-major weights).
     pub tiled_weights: bool,
+    /// Decode attention of at most `l2_prefetch_until` tokens asks L2 for the first this many
+    /// bytes of the weights read after it (o, gate|up, down, the next layer's q|k|v or the LM
+    /// head), which it would otherwise leave HBM idle while it runs (`l2_prefetch`,
+    /// kernels/common.cuh; sm_90+); 0 never.
+    pub l2_prefetch_bytes: usize,
+    /// The largest decode step (tokens) whose attention prefetches (past it attention reads
+    /// enough KV to keep HBM busy itself).
+    pub l2_prefetch_until: usize,
+    /// Launches of at least this many tokens (past 8) run the fixed-order GEMM (`mma_*_gemm`:
+    /// 128-row × 128-token tiles staged in shared memory) instead of the register kernels;
+    /// None never.
+    pub gemm_from: Option<usize>,
 }
 
 impl Default for KernelTuning {
     /// Measured on the H100 (qwen3-0.6b and qwen3-8b, batch 1 to 64, BENCHMARKS.md): the deep
     /// one-n-tile kernel where a projection gives at most 2 blocks per SM, serial attention
-    /// from 32 decode tokens, prepared inputs from 3 tokens, token splitting and tiled weights.
-    /// Cluster attention lost at every batch size past 1.
+    /// from 32 decode tokens, prepared inputs from 3 tokens, token splitting, tiled weights and
+    /// the fixed-order GEMM from 128 tokens. Cluster attention lost at every batch size past 1;
+    /// the L2 prefetch during attention gained 2% at batch 8 and lost up to 6% at batch 1.
     fn default() -> Self {
         KernelTuning {
             deep_n1_blocks_per_sm: 2,
@@ -159,6 +172,9 @@ impl Default for KernelTuning {
             prepared_from: 3,
             token_split: true,
             tiled_weights: true,
+            l2_prefetch_bytes: 0,
+            l2_prefetch_until: 8,
+            gemm_from: Some(128),
         }
     }
 }
@@ -174,13 +190,17 @@ impl KernelTuning {
             prepared_from: 0,
             token_split: false,
             tiled_weights: false,
+            l2_prefetch_bytes: 0,
+            l2_prefetch_until: 0,
+            gemm_from: None,
         }
     }
 
     /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>`,
-    /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1` and
-    /// `NERVA_TILED_WEIGHTS=1` applied (`0` turns a variant off; `NERVA_KERNEL_BASELINE=1`
-    /// starts from `baseline` instead of the defaults).
+    /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
+    /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
+    /// and `NERVA_MMA_GEMM=<tokens>` applied (`0` turns a variant off;
+    /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
             std::env::var(name)
@@ -203,6 +223,14 @@ impl KernelTuning {
             prepared_from: var("NERVA_MMA_PREPARED").unwrap_or(d.prepared_from),
             token_split: var("NERVA_MMA_SPLIT").map_or(d.token_split, |v| v != 0),
             tiled_weights: var("NERVA_TILED_WEIGHTS").map_or(d.tiled_weights, |v| v != 0),
+            l2_prefetch_bytes: var("NERVA_L2_PREFETCH_MIB")
+                .map_or(d.l2_prefetch_bytes, |mib| mib << 20),
+            l2_prefetch_until: var("NERVA_L2_PREFETCH_UNTIL").unwrap_or(d.l2_prefetch_until),
+            gemm_from: match var("NERVA_MMA_GEMM") {
+                Some(0) => None,
+                Some(n) => Some(n),
+                None => d.gemm_from,
+            },
         }
     }
 }
@@ -396,6 +424,34 @@ struct KvGeometryArg {
     max_pages: i32,
 }
 
+/// The kernels' `L2Prefetch` (kernels/common.cuh): address ranges asked into L2.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct L2PrefetchArg {
+    ptr: [u64; L2_RANGES],
+    bytes: [u32; L2_RANGES],
+}
+
+/// Ranges an `L2PrefetchArg` holds (kernels/common.cuh's L2_RANGES).
+const L2_RANGES: usize = 4;
+
+impl L2PrefetchArg {
+    /// The first `budget` bytes of `bufs` in order (each range cut to a multiple of 16 bytes).
+    fn first_bytes(bufs: [DevBuf; L2_RANGES], mut budget: usize) -> Self {
+        let mut pf = L2PrefetchArg::default();
+        for (i, b) in bufs.iter().enumerate() {
+            let take = b.bytes.min(budget).min(u32::MAX as usize) & !15;
+            if b.ptr == 0 || take == 0 {
+                continue;
+            }
+            pf.ptr[i] = b.ptr;
+            pf.bytes[i] = take as u32;
+            budget -= take;
+        }
+        pf
+    }
+}
+
 /// Device buffers other than weights.
 #[derive(Debug, Clone, Copy)]
 struct Bufs {
@@ -500,13 +556,16 @@ struct MmaFamily {
     n1_half: Kernel,
     /// n2, n4, n8m2 taking token tiles from the launch.
     split: [Kernel; 3],
+    /// The fixed-order GEMM (with its dynamic shared memory).
+    gemm: Kernel,
 }
 
 /// The mma.cuh variants of a projection, in `mma_variant`'s numbering (kernel
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
-/// one-n-tile variant on prepared inputs (`MMA_HALF`) and the token-split multi-tile ones.
-pub const MMA_VARIANTS: [&str; 9] = [
-    "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s",
+/// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
+/// fixed-order GEMM (`MMA_GEMM`).
+pub const MMA_VARIANTS: [&str; 10] = [
+    "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -514,6 +573,13 @@ pub const MMA_DEEP: usize = 4;
 pub const MMA_HALF: usize = 5;
 /// Index of the first token-split variant (n2s, then n4s, n8m2s) in `MMA_VARIANTS`.
 pub const MMA_SPLIT: usize = 6;
+/// Index of the fixed-order GEMM in `MMA_VARIANTS` (128 rows × `MMA_GEMM_TOKENS` per block).
+pub const MMA_GEMM: usize = 9;
+/// Tokens per block of the GEMM (mma.cuh's GEMM_BN).
+pub const MMA_GEMM_TOKENS: usize = 128;
+/// Dynamic shared memory of an `MMA_GEMM` launch (mma.cuh's GEMM_SMEM: 3 stages of 16 KiB of
+/// weights and 16 KiB of inputs, and 64 KiB holding each pair's first chain).
+pub const MMA_GEMM_SHARED: u32 = 3 * (32 << 10) + (64 << 10);
 
 /// Which of `MMA_VARIANTS` runs a launch of `t` tokens, and its rows per block. One pass reads
 /// the weights once: up to 64 tokens do; past 32 the blocks take 32 rows so that fewer of them
@@ -548,7 +614,8 @@ pub struct MmaLaunch {
 /// n-tile the prepared kernel, n1h, takes precedence over the deep one); and with
 /// `token_split`, past 8 tokens the widest token tile (64, 32 or 16 tokens, more than half of
 /// them used) whose blocks give every SM at least two, split over as many blocks per row tile
-/// as the tokens need (else the 16-token tile).
+/// as the tokens need (else the 16-token tile). From `gemm_from` tokens (past 8) the GEMM
+/// takes every launch: one block per 128 rows and 128 tokens.
 pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
     let (variant, rows) = mma_variant(t);
     let prepared = t > 8 || (tuning.prepared_from > 0 && t >= tuning.prepared_from);
@@ -558,6 +625,14 @@ pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaL
         token_tiles: 1,
         prepared,
     };
+    if t > 8 && tuning.gemm_from.is_some_and(|n| t >= n) {
+        return MmaLaunch {
+            variant: MMA_GEMM,
+            rows: 128,
+            token_tiles: t.div_ceil(MMA_GEMM_TOKENS) as u32,
+            prepared,
+        };
+    }
     if t <= 8 {
         if prepared {
             return one(MMA_HALF, 16);
@@ -598,6 +673,7 @@ impl MmaFamily {
             3 => self.n8m2,
             MMA_DEEP => self.n1_deep,
             MMA_HALF => self.n1_half,
+            MMA_GEMM => self.gemm,
             v => self.split[v - MMA_SPLIT],
         }
     }
@@ -1369,6 +1445,7 @@ impl CudaBackend {
                 let n = MMA_VARIANTS.len();
                 let m = &module_kernels[7][mode * n..(mode + 1) * n];
                 MmaFamily {
+                    gemm: m[MMA_GEMM],
                     n1: m[0],
                     n2: m[1],
                     n4: m[2],
@@ -1381,6 +1458,27 @@ impl CudaBackend {
         };
         let mut tuning = cuda.tuning;
         tuning.tiled_weights = tiled;
+        // The GEMM needs 160 KiB of shared memory per block (sm_80 and sm_90 have it; sm_86 and
+        // sm_89 allow 99 KiB): where the device refuses, the register kernels take its launches.
+        let mut k = k;
+        if tuning.gemm_from.is_some() {
+            let granted: Result<Vec<Kernel>, BackendError> = k
+                .mma
+                .iter()
+                .map(|f| gpu.with_dynamic_shared(f.gemm, MMA_GEMM_SHARED))
+                .collect();
+            match granted {
+                Ok(g) => k.mma.iter_mut().zip(g).for_each(|(f, g)| f.gemm = g),
+                Err(e) => {
+                    tracing::warn!(
+                        arch,
+                        "the fixed-order GEMM needs {MMA_GEMM_SHARED} bytes of shared memory per \
+                         block ({e}); the register kernels run its launches"
+                    );
+                    tuning.gemm_from = None;
+                }
+            }
+        }
         if tuning.cluster_attention {
             let fits = if arch >= 90 {
                 gpu.allow_large_clusters(k.attn_decode_cluster)?;
@@ -1959,17 +2057,31 @@ impl CudaBackend {
             } else {
                 args.arg(&b.attn_done.ptr)
             };
-            let args = args.arg(&b.attn.ptr);
+            // What the layer reads next, asked into L2 while attention leaves HBM idle.
+            let pf = if self.tuning.l2_prefetch_bytes > 0 && t <= self.tuning.l2_prefetch_until {
+                let next = match self.layers.get(li + 1) {
+                    Some(n) => n.qkv,
+                    None => b.lm_head,
+                };
+                L2PrefetchArg::first_bytes(
+                    [l.o, l.gate_up, l.down, next],
+                    self.tuning.l2_prefetch_bytes,
+                )
+            } else {
+                L2PrefetchArg::default()
+            };
+            let args = args.arg(&b.attn.ptr).arg(&pf);
             let grid = (t as u32, kv_heads as u32, splits);
             // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
             // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
             // const float* q_norm, const float* k_norm, float eps, const float* cos,
-            // const float* sin, float* part_o, float* part_ml, int* done, float* out);
-            // attn_decode_serial_* the same without `done`, attn_decode_cluster_* without
-            // part_o, part_ml and done (launched in clusters of the ATTN_SPLITS blocks of a
-            // token and kv head, which grid z spans exactly): as rope_append and attn_split
-            // below; done holds max_step_tokens × kv_heads counters (zero between launches);
-            // out holds max_step_tokens × q_dim floats.
+            // const float* sin, float* part_o, float* part_ml, int* done, float* out,
+            // L2Prefetch pf); attn_decode_serial_* the same without `done`,
+            // attn_decode_cluster_* without part_o, part_ml and done (launched in clusters of
+            // the ATTN_SPLITS blocks of a token and kv head, which grid z spans exactly): as
+            // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters
+            // (zero between launches); out holds max_step_tokens × q_dim floats; pf holds
+            // ranges of live weight buffers (a prefetch reads nothing into the kernel).
             return unsafe {
                 if cluster {
                     let dims = (1, 1, ATTN_SPLITS);
@@ -2640,6 +2752,51 @@ mod tests {
     }
 
     #[test]
+    fn the_gemm_takes_every_launch_from_its_token_count() {
+        let tuning = KernelTuning {
+            gemm_from: Some(64),
+            ..KernelTuning::default()
+        };
+        let gemm = |t: usize| MmaLaunch {
+            variant: MMA_GEMM,
+            rows: 128,
+            token_tiles: t.div_ceil(MMA_GEMM_TOKENS) as u32,
+            prepared: true,
+        };
+        assert_eq!(mma_launch(64, 4096, SMS, &tuning), gemm(64));
+        assert_eq!(mma_launch(1000, 24_576, SMS, &tuning), gemm(1000));
+        assert_ne!(mma_launch(63, 4096, SMS, &tuning).variant, MMA_GEMM);
+        // One n-tile never: the register kernels read the weights at the bandwidth there.
+        let always = KernelTuning {
+            gemm_from: Some(1),
+            ..KernelTuning::default()
+        };
+        assert_ne!(mma_launch(8, 4096, SMS, &always).variant, MMA_GEMM);
+        assert_eq!(mma_launch(9, 4096, SMS, &always), gemm(9));
+        assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
+    }
+
+    #[test]
+    fn l2_prefetch_takes_the_first_bytes_in_order() {
+        let buf = |ptr, bytes| DevBuf { ptr, bytes };
+        let pf = L2PrefetchArg::first_bytes(
+            [
+                buf(0x1000, 100),
+                buf(0, 64),
+                buf(0x9000, 1 << 20),
+                buf(0x20_0000, 64),
+            ],
+            200,
+        );
+        // 100 bytes cut to 96; the null buffer skipped; 104 left, cut to 96; nothing for the last.
+        assert_eq!(pf.ptr, [0x1000, 0, 0x9000, 0]);
+        assert_eq!(pf.bytes, [96, 0, 96, 0]);
+        let all = L2PrefetchArg::first_bytes([buf(0x1000, 4096); L2_RANGES], usize::MAX);
+        assert_eq!(all.bytes, [4096; L2_RANGES]);
+        assert_eq!(std::mem::size_of::<L2PrefetchArg>(), 48);
+    }
+
+    #[test]
     fn the_deep_one_tile_kernel_runs_only_where_blocks_are_few() {
         let tuning = KernelTuning {
             deep_n1_blocks_per_sm: 2,
@@ -2676,6 +2833,9 @@ mod tests {
         assert!(mma_launch(64, 4096, SMS, &d).token_tiles > 1);
         assert_eq!(d.serial_attention_from, Some(32));
         assert!(d.tiled_weights && !d.cluster_attention);
+        assert_eq!(mma_launch(128, 4096, SMS, &d).variant, MMA_GEMM);
+        assert_ne!(mma_launch(64, 4096, SMS, &d).variant, MMA_GEMM);
+        assert_eq!(d.l2_prefetch_bytes, 0);
     }
 
     #[test]

@@ -319,24 +319,29 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
 // ascending, four mma per group in the same k permutation, from a zero accumulator) merged as
 // (((w0 + w4) + (w1 + w5)) + (w2 + w6)) + (w3 + w7), then the bias. mma_body gives each chain
 // to a warp and takes the operands straight from memory into registers, so every block re-reads
-// the tokens' inputs; here a block computes a 128-row × 128-token tile, runs the chains one
-// after another (w0, w4, w1, w5, ...: each pair's sum is taken as soon as its second chain
-// ends; the pair's first chain waits in shared memory, the running sum in registers) and stages
-// each group's weights and inputs in shared memory (cp.async, GEMM_STAGES deep), where its 8
-// warps (32 rows × 64 tokens each) share them. Fragments are read from shared memory in the
-// layout the tiled weights already have ([row tile][h][q][lane], 16 bytes each), so each thread
-// still holds exactly mma_body's 16 bytes per operand.
+// the tokens' inputs; here a block computes a 128-row × BN-token tile (BN = 128, or 64 where
+// the wider tile would leave SMs idle: `gemm`, `gemm64`), runs the chains one after another (w0,
+// w4, w1, w5, ...: each pair's sum is taken as soon as its second chain ends; the pair's first
+// chain waits in shared memory, the running sum in registers) and stages each group's weights
+// and inputs in shared memory (cp.async, GEMM_STAGES deep), where its 8 warps (32 rows × BN / 2
+// tokens each) share them. Fragments are read from shared memory in the layout the tiled weights
+// already have ([row tile][h][q][lane], 16 bytes each), so each thread still holds exactly
+// mma_body's 16 bytes per operand; the tile width changes no bit.
 #define GEMM_BM 128
-#define GEMM_BN 128
-#define GEMM_WN (GEMM_BN / 16)  // n-tiles per warp: the block's tokens in two halves
 #define GEMM_STAGES 3
 #define GEMM_A_BYTES (GEMM_BM / 16 * 2048)
-#define GEMM_B_BYTES (GEMM_BN / 8 * 1024)
-#define GEMM_STAGE_BYTES (GEMM_A_BYTES + GEMM_B_BYTES)
-// A pair's first chain, per thread: [warp][m][n][e][lane] floats.
-#define GEMM_FIRST_BYTES (MMA_WARPS * 2 * GEMM_WN * 4 * 32 * 4)
-// Dynamic shared memory of a launch (the host's MMA_GEMM_SHARED).
-#define GEMM_SMEM (GEMM_STAGES * GEMM_STAGE_BYTES + GEMM_FIRST_BYTES)
+
+// The shared memory layout of a BN-token tile: GEMM_STAGES stages of weights (16 KiB) and inputs
+// (BN / 8 KiB), then each thread's pair-opening chain ([warp][m][n][e][lane] floats).
+template <int BN>
+struct GemmTile {
+    static constexpr int WN = BN / 16;  // n-tiles per warp: the block's tokens in two halves
+    static constexpr int B_BYTES = BN / 8 * 1024;
+    static constexpr int STAGE_BYTES = GEMM_A_BYTES + B_BYTES;
+    static constexpr int FIRST_BYTES = MMA_WARPS * 2 * WN * 4 * 32 * 4;
+    // Dynamic shared memory of a launch (the host's mma_gemm_shared).
+    static constexpr int SMEM = GEMM_STAGES * STAGE_BYTES + FIRST_BYTES;
+};
 
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -383,12 +388,12 @@ __device__ __forceinline__ void gemm_stage_weights(u32 a, const W* __restrict__ 
     }
 }
 
-// Group gi's prepared inputs of tokens t0 .. t0 + GEMM_BN - 1 into stage `b` ([n][q][lane]).
-template <typename W>
+// Group gi's prepared inputs of tokens t0 .. t0 + BN - 1 into stage `b` ([n][q][lane]).
+template <typename W, int BN>
 __device__ __forceinline__ void gemm_stage_inputs(u32 b, const W* __restrict__ xh, int t0, int T,
                                                   int K, int gi) {
 #pragma unroll
-    for (int r = 0; r < GEMM_B_BYTES / 16 / MMA_THREADS; ++r) {
+    for (int r = 0; r < GemmTile<BN>::B_BYTES / 16 / MMA_THREADS; ++r) {
         const int i = threadIdx.x + r * MMA_THREADS;
         const int n = i / 64, q = (i / 32) % 2, lane = i % 32;
         const int t = t0 + 8 * n + (lane >> 2);
@@ -398,23 +403,25 @@ __device__ __forceinline__ void gemm_stage_inputs(u32 b, const W* __restrict__ x
     }
 }
 
-template <typename W, int EPI>
+template <typename W, int EPI, int BN>
 __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
                                               const W* __restrict__ xh, int K, int R, int T,
                                               float* __restrict__ y, int y_stride, int token_tiles) {
+    typedef GemmTile<BN> L;
+    constexpr int WN = L::WN;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
 #if defined(__CUDA_ARCH__)
     u32 dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < GEMM_SMEM) __trap();  // launched without its shared memory: a host bug
+    if (dyn < L::SMEM) __trap();  // launched without its shared memory: a host bug
 #endif
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wr = warp & 3, wc = warp >> 2;  // the warp's 32 rows and GEMM_BN / 2 tokens
+    const int wr = warp & 3, wc = warp >> 2;  // the warp's 32 rows and BN / 2 tokens
     const int row0 = (blockIdx.x / token_tiles) * GEMM_BM;
-    const int t0 = (blockIdx.x % token_tiles) * GEMM_BN;
+    const int t0 = (blockIdx.x % token_tiles) * BN;
     const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
     const u32 base = (u32)__cvta_generic_to_shared(gemm_smem);
-    auto stage_a = [&](int s) { return base + (u32)(s % GEMM_STAGES) * GEMM_STAGE_BYTES; };
+    auto stage_a = [&](int s) { return base + (u32)(s % GEMM_STAGES) * L::STAGE_BYTES; };
     auto stage_b = [&](int s) { return stage_a(s) + GEMM_A_BYTES; };
     // Position p of the chain order -> its group.
     auto group_at = [&](int p) {
@@ -434,19 +441,19 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
     pdl_enter();
 #pragma unroll
     for (int s = 0; s < GEMM_STAGES - 1; ++s) {
-        if (s < groups) gemm_stage_inputs<W>(stage_b(s), xh, t0, T, K, group_at(s));
+        if (s < groups) gemm_stage_inputs<W, BN>(stage_b(s), xh, t0, T, K, group_at(s));
         cp_async_commit();
     }
 
-    float acc[2][GEMM_WN][4], sum[2][GEMM_WN][4];
-    float* first = reinterpret_cast<float*>(gemm_smem + GEMM_STAGES * GEMM_STAGE_BYTES) +
-                   warp * (2 * GEMM_WN * 4 * 32) + lane;
+    float acc[2][WN][4], sum[2][WN][4];
+    float* first = reinterpret_cast<float*>(gemm_smem + GEMM_STAGES * L::STAGE_BYTES) +
+                   warp * (2 * WN * 4 * 32) + lane;
     int p = 0;
     for (int ci = 0; ci < MMA_WARPS; ++ci) {
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
-            for (int n = 0; n < GEMM_WN; ++n)
+            for (int n = 0; n < WN; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
         const int len = gemm_chain_len(gemm_chain(ci), groups);
@@ -458,13 +465,13 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
             if (ahead < groups) {
                 const int gi = group_at(ahead);
                 gemm_stage_weights<W>(stage_a(ahead), w, row0, R, K, groups, gi);
-                gemm_stage_inputs<W>(stage_b(ahead), xh, t0, T, K, gi);
+                gemm_stage_inputs<W, BN>(stage_b(ahead), xh, t0, T, K, gi);
             }
             cp_async_commit();
             const u32 a = stage_a(p), b = stage_b(p);
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
-                uint4 lo[2], hi[2], xb[GEMM_WN];
+                uint4 lo[2], hi[2], xb[WN];
 #pragma unroll
                 for (int m = 0; m < 2; ++m) {
                     const int tile = 2 * wr + m;
@@ -472,13 +479,13 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
                     hi[m] = lds128(a + ((tile * 4 + 2 + q) * 32 + lane) * 16);
                 }
 #pragma unroll
-                for (int n = 0; n < GEMM_WN; ++n)
-                    xb[n] = lds128(b + (((GEMM_WN * wc + n) * 2 + q) * 32 + lane) * 16);
+                for (int n = 0; n < WN; ++n)
+                    xb[n] = lds128(b + (((WN * wc + n) * 2 + q) * 32 + lane) * 16);
 #pragma unroll
                 for (int jj = 0; jj < 2; ++jj) {
                     // mma j = 2q + jj: words 2jj, 2jj + 1 of chunk q (mma_body's 2j, 2j + 1).
 #pragma unroll
-                    for (int n = 0; n < GEMM_WN; ++n) {
+                    for (int n = 0; n < WN; ++n) {
                         const u32* bw = reinterpret_cast<const u32*>(&xb[n]);
 #pragma unroll
                         for (int m = 0; m < 2; ++m) {
@@ -495,10 +502,10 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
-            for (int n = 0; n < GEMM_WN; ++n)
+            for (int n = 0; n < WN; ++n)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    float& f = first[((m * GEMM_WN + n) * 4 + e) * 32];  // the thread's own
+                    float& f = first[((m * WN + n) * 4 + e) * 32];  // the thread's own
                     if ((ci & 1) == 0) {
                         f = acc[m][n][e];
                     } else {
@@ -511,21 +518,21 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
     __syncthreads();
 
     // The tile's sums through shared memory (over the stages), so the stores are by rows.
-    float(*tile)[GEMM_BN + 1] = reinterpret_cast<float(*)[GEMM_BN + 1]>(gemm_smem);
+    float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(gemm_smem);
     const int g = lane >> 2, c = lane & 3;
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int n = 0; n < GEMM_WN; ++n)
+        for (int n = 0; n < WN; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 tile[32 * wr + 16 * m + g + 8 * (e >> 1)]
-                    [8 * GEMM_WN * wc + 8 * n + 2 * c + (e & 1)] = sum[m][n][e];
+                    [8 * WN * wc + 8 * n + 2 * c + (e & 1)] = sum[m][n][e];
     __syncthreads();
     if (EPI == MEPI_GLU) {
         // As mma_body: tile m's rows 4q + e (gate) and 4q + 2 + e (up) give output
         // 8 (row0 / 16 + m) + 2q + e.
-        for (int i = tid; i < GEMM_BM / 2 * GEMM_BN; i += MMA_THREADS) {
+        for (int i = tid; i < GEMM_BM / 2 * BN; i += MMA_THREADS) {
             const int o = i % (GEMM_BM / 2), t = i / (GEMM_BM / 2);
             const int m = o / 8, q = (o % 8) / 2, e = o % 2;
             const int rg = 16 * m + 4 * q + e, ru = rg + 2;
@@ -539,7 +546,7 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
             }
         }
     } else {
-        for (int i = tid; i < GEMM_BM * GEMM_BN; i += MMA_THREADS) {
+        for (int i = tid; i < GEMM_BM * BN; i += MMA_THREADS) {
             const int r = i % GEMM_BM, t = i / GEMM_BM;
             if (row0 + r < R && t0 + t < T) {
                 float v = tile[r][t];
@@ -551,16 +558,16 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
     }
 }
 
-// The GEMM variant of a family: the projection's parameter list (x, x_stride, x_rows, norm_w
-// and eps unused: the inputs come prepared), one block per 128 rows × 128 tokens (token_tiles
-// blocks per row block, adjacent), GEMM_SMEM bytes of dynamic shared memory.
-#define MMA_GEMM_ENTRY(NAME, W, EPI)                                                           \
+// The GEMM variants of a family: the projection's parameter list (x, x_stride, x_rows, norm_w
+// and eps unused: the inputs come prepared), one block per 128 rows × BN tokens (token_tiles
+// blocks per row block, adjacent), GemmTile<BN>::SMEM bytes of dynamic shared memory.
+#define MMA_GEMM_ENTRY(NAME, W, EPI, BN)                                                       \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1)                               \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
              int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles) {     \
-        mma_gemm_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles);                \
+        mma_gemm_body<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles);            \
     }
 
 #define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \
@@ -591,7 +598,8 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
     MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1)        \
     MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1)        \
     MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1)      \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, W, EPI)
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, W, EPI, 128)                  \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, W, EPI, 64)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

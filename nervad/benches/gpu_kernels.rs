@@ -16,8 +16,8 @@ use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
-    KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS, MmaLaunch,
-    kernels, mma_launch,
+    KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_SHARED, MMA_GEMM_TOKENS,
+    MMA_VARIANTS, MmaLaunch, kernels, mma_gemm_shared, mma_launch,
 };
 use nervad::model::DType;
 
@@ -420,8 +420,13 @@ fn run(cli: &Cli) -> Res<()> {
         // The same kernels over tiled weights: the benchmark's weights are random bits either
         // way, so only the addresses (and the time) differ.
         let mut tiled = gpu.load(&find("mma_tiled.cu").cubin, &refs)?;
-        ks[MMA_GEMM] = gpu.with_dynamic_shared(ks[MMA_GEMM], MMA_GEMM_SHARED)?;
-        tiled[MMA_GEMM] = gpu.with_dynamic_shared(tiled[MMA_GEMM], MMA_GEMM_SHARED)?;
+        for (v, bytes) in [
+            (MMA_GEMM, MMA_GEMM_SHARED),
+            (MMA_GEMM_NARROW, mma_gemm_shared(64)),
+        ] {
+            ks[v] = gpu.with_dynamic_shared(ks[v], bytes)?;
+            tiled[v] = gpu.with_dynamic_shared(tiled[v], bytes)?;
+        }
         let prep = if m == Mode::PlainAdd {
             "to_half_plain_bf16"
         } else {
@@ -581,13 +586,15 @@ fn run(cli: &Cli) -> Res<()> {
     let Some(mut blas) = blas else { return Ok(()) };
     println!();
     println!(
-        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
+        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
         "model",
         "proj",
         "M",
         "GEMV (us)",
         "TFLOP/s",
         "GEMM (us)",
+        "TFLOP/s",
+        "GEMM64 (us)",
         "TFLOP/s",
         "cuBLAS (us)",
         "TFLOP/s",
@@ -608,24 +615,27 @@ fn run(cli: &Cli) -> Res<()> {
             } else {
                 None
             };
-            // The fixed-order GEMM (mma.cuh, tiled weights), its input preparation included as
-            // the backend launches it.
-            let gemm = if m > 8 {
-                let (_, _, tiled, prep) = mma_families
-                    .iter()
-                    .find(|(md, _, _, _)| *md == shape.mode)
-                    .expect("mma family")
-                    .clone();
+            // The fixed-order GEMM (mma.cuh, tiled weights) on 128- and 64-token tiles, its input
+            // preparation included as the backend launches it.
+            let (_, _, tiled, prep) = mma_families
+                .iter()
+                .find(|(md, _, _, _)| *md == shape.mode)
+                .expect("mma family")
+                .clone();
+            let mut gemm_tiles = |variant, tile: usize| -> Res<Option<f64>> {
+                if m <= 8 {
+                    return Ok(None);
+                }
                 let launch = MmaLaunch {
-                    variant: MMA_GEMM,
+                    variant,
                     rows: 128,
-                    token_tiles: m.div_ceil(MMA_GEMM_TOKENS) as u32,
+                    token_tiles: m.div_ceil(tile) as u32,
                     prepared: true,
                 };
-                Some(b.mma(&tiled, prep, shape, m, launch)?)
-            } else {
-                None
+                Ok(Some(b.mma(&tiled, prep, shape, m, launch)?))
             };
+            let gemm = gemm_tiles(MMA_GEMM, MMA_GEMM_TOKENS)?;
+            let gemm64 = gemm_tiles(MMA_GEMM_NARROW, 64)?;
             let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
             let cublas = b.time(|_, i| {
                 let w = wbase + weight_offset(shape, region, i);
@@ -636,15 +646,19 @@ fn run(cli: &Cli) -> Res<()> {
             let (o_us, o_tf) = ours.map_or(("-".to_string(), "-".to_string()), |o| {
                 (format!("{:.2}", o * 1e3), format!("{:.1}", tf(o)))
             });
-            let (g_us, g_tf) = gemm.map_or(("-".to_string(), "-".to_string()), |o| {
-                (format!("{:.2}", o * 1e3), format!("{:.1}", tf(o)))
-            });
+            let cells = |v: Option<f64>| {
+                v.map_or(("-".to_string(), "-".to_string()), |o| {
+                    (format!("{:.2}", o * 1e3), format!("{:.1}", tf(o)))
+                })
+            };
+            let (g_us, g_tf) = cells(gemm);
+            let (n_us, n_tf) = cells(gemm64);
             // Ours (the GEMM where it runs, else the GEMV) against cuBLAS.
             let ratio = gemm
                 .or(ours)
                 .map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
             println!(
-                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
+                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
                 shape.model,
                 shape.name,
                 m,
@@ -652,6 +666,8 @@ fn run(cli: &Cli) -> Res<()> {
                 o_tf,
                 g_us,
                 g_tf,
+                n_us,
+                n_tf,
                 cublas * 1e3,
                 tf(cublas),
                 ratio

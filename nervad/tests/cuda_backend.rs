@@ -514,9 +514,11 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
-                "tiled weights + the fixed-order GEMM from 9 tokens",
+                "tiled weights + the fixed-order GEMM from 9 tokens, 64-token tiles where fewer \
+                 waves",
                 KernelTuning {
                     gemm_from: Some(9),
+                    gemm_narrow: true,
                     ..KernelTuning::default()
                 },
             ),

@@ -156,6 +156,9 @@ pub struct KernelTuning {
     /// 128-row × 128-token tiles staged in shared memory) instead of the register kernels;
     /// None never.
     pub gemm_from: Option<usize>,
+    /// The GEMM takes 64-token tiles (`mma_*_gemm64`) where its 128-token grid would leave
+    /// SMs idle for longer (`mma_launch`).
+    pub gemm_narrow: bool,
 }
 
 impl Default for KernelTuning {
@@ -175,6 +178,7 @@ impl Default for KernelTuning {
             l2_prefetch_bytes: 0,
             l2_prefetch_until: 8,
             gemm_from: Some(128),
+            gemm_narrow: false,
         }
     }
 }
@@ -193,13 +197,14 @@ impl KernelTuning {
             l2_prefetch_bytes: 0,
             l2_prefetch_until: 0,
             gemm_from: None,
+            gemm_narrow: false,
         }
     }
 
     /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>`,
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
-    /// and `NERVA_MMA_GEMM=<tokens>` applied (`0` turns a variant off;
+    /// `NERVA_MMA_GEMM=<tokens>` and `NERVA_MMA_GEMM_NARROW=1` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -231,6 +236,7 @@ impl KernelTuning {
                 Some(n) => Some(n),
                 None => d.gemm_from,
             },
+            gemm_narrow: var("NERVA_MMA_GEMM_NARROW").map_or(d.gemm_narrow, |v| v != 0),
         }
     }
 }
@@ -558,14 +564,16 @@ struct MmaFamily {
     split: [Kernel; 3],
     /// The fixed-order GEMM (with its dynamic shared memory).
     gemm: Kernel,
+    /// The same on 64-token tiles.
+    gemm_narrow: Kernel,
 }
 
 /// The mma.cuh variants of a projection, in `mma_variant`'s numbering (kernel
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
 /// fixed-order GEMM (`MMA_GEMM`).
-pub const MMA_VARIANTS: [&str; 10] = [
-    "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm",
+pub const MMA_VARIANTS: [&str; 11] = [
+    "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -575,11 +583,20 @@ pub const MMA_HALF: usize = 5;
 pub const MMA_SPLIT: usize = 6;
 /// Index of the fixed-order GEMM in `MMA_VARIANTS` (128 rows × `MMA_GEMM_TOKENS` per block).
 pub const MMA_GEMM: usize = 9;
-/// Tokens per block of the GEMM (mma.cuh's GEMM_BN).
+/// Index of the GEMM on 64-token tiles in `MMA_VARIANTS`.
+pub const MMA_GEMM_NARROW: usize = 10;
+/// Tokens per block of the GEMM (mma.cuh's BN of `gemm`).
 pub const MMA_GEMM_TOKENS: usize = 128;
-/// Dynamic shared memory of an `MMA_GEMM` launch (mma.cuh's GEMM_SMEM: 3 stages of 16 KiB of
-/// weights and 16 KiB of inputs, and 64 KiB holding each pair's first chain).
-pub const MMA_GEMM_SHARED: u32 = 3 * (32 << 10) + (64 << 10);
+
+/// Dynamic shared memory of a GEMM launch of `tokens`-token tiles (mma.cuh's
+/// `GemmTile<tokens>::SMEM`): 3 stages of 16 KiB of weights and tokens / 8 KiB of inputs, and
+/// each thread's pair-opening chain (2 × tokens / 16 × 4 floats per thread of 256).
+pub const fn mma_gemm_shared(tokens: usize) -> u32 {
+    (3 * ((16 << 10) + (tokens / 8) * 1024) + 256 * 2 * (tokens / 16) * 4 * 4) as u32
+}
+
+/// Dynamic shared memory of an `MMA_GEMM` launch: 160 KiB.
+pub const MMA_GEMM_SHARED: u32 = mma_gemm_shared(MMA_GEMM_TOKENS);
 
 /// Which of `MMA_VARIANTS` runs a launch of `t` tokens, and its rows per block. One pass reads
 /// the weights once: up to 64 tokens do; past 32 the blocks take 32 rows so that fewer of them
@@ -615,7 +632,8 @@ pub struct MmaLaunch {
 /// `token_split`, past 8 tokens the widest token tile (64, 32 or 16 tokens, more than half of
 /// them used) whose blocks give every SM at least two, split over as many blocks per row tile
 /// as the tokens need (else the 16-token tile). From `gemm_from` tokens (past 8) the GEMM
-/// takes every launch: one block per 128 rows and 128 tokens.
+/// takes every launch: one block per 128 rows and 128 tokens (64 with `gemm_narrow` where that
+/// takes fewer block waves).
 pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
     let (variant, rows) = mma_variant(t);
     let prepared = t > 8 || (tuning.prepared_from > 0 && t >= tuning.prepared_from);
@@ -626,10 +644,15 @@ pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaL
         prepared,
     };
     if t > 8 && tuning.gemm_from.is_some_and(|n| t >= n) {
+        // Waves of one block per SM (the GEMM's occupancy) times a block's tokens: the narrow
+        // tile only where it strictly shortens that (measured: 8B o and down at 256 tokens).
+        let span = |tile: usize| (r.div_ceil(128) * t.div_ceil(tile)).div_ceil(sms) * tile;
+        let narrow = tuning.gemm_narrow && span(64) < span(MMA_GEMM_TOKENS);
+        let tile = if narrow { 64 } else { MMA_GEMM_TOKENS };
         return MmaLaunch {
-            variant: MMA_GEMM,
+            variant: if narrow { MMA_GEMM_NARROW } else { MMA_GEMM },
             rows: 128,
-            token_tiles: t.div_ceil(MMA_GEMM_TOKENS) as u32,
+            token_tiles: t.div_ceil(tile) as u32,
             prepared,
         };
     }
@@ -674,6 +697,7 @@ impl MmaFamily {
             MMA_DEEP => self.n1_deep,
             MMA_HALF => self.n1_half,
             MMA_GEMM => self.gemm,
+            MMA_GEMM_NARROW => self.gemm_narrow,
             v => self.split[v - MMA_SPLIT],
         }
     }
@@ -1446,6 +1470,7 @@ impl CudaBackend {
                 let m = &module_kernels[7][mode * n..(mode + 1) * n];
                 MmaFamily {
                     gemm: m[MMA_GEMM],
+                    gemm_narrow: m[MMA_GEMM_NARROW],
                     n1: m[0],
                     n2: m[1],
                     n4: m[2],
@@ -1462,13 +1487,21 @@ impl CudaBackend {
         // sm_89 allow 99 KiB): where the device refuses, the register kernels take its launches.
         let mut k = k;
         if tuning.gemm_from.is_some() {
-            let granted: Result<Vec<Kernel>, BackendError> = k
+            let granted: Result<Vec<(Kernel, Kernel)>, BackendError> = k
                 .mma
                 .iter()
-                .map(|f| gpu.with_dynamic_shared(f.gemm, MMA_GEMM_SHARED))
+                .map(|f| {
+                    Ok((
+                        gpu.with_dynamic_shared(f.gemm, MMA_GEMM_SHARED)?,
+                        gpu.with_dynamic_shared(f.gemm_narrow, mma_gemm_shared(64))?,
+                    ))
+                })
                 .collect();
             match granted {
-                Ok(g) => k.mma.iter_mut().zip(g).for_each(|(f, g)| f.gemm = g),
+                Ok(g) => k.mma.iter_mut().zip(g).for_each(|(f, (wide, narrow))| {
+                    f.gemm = wide;
+                    f.gemm_narrow = narrow;
+                }),
                 Err(e) => {
                     tracing::warn!(
                         arch,
@@ -2774,6 +2807,35 @@ mod tests {
         assert_ne!(mma_launch(8, 4096, SMS, &always).variant, MMA_GEMM);
         assert_eq!(mma_launch(9, 4096, SMS, &always), gemm(9));
         assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
+        assert_eq!(MMA_VARIANTS[MMA_GEMM_NARROW], "gemm64");
+        assert_eq!(
+            (MMA_GEMM_SHARED, mma_gemm_shared(64)),
+            (160 << 10, 104 << 10)
+        );
+    }
+
+    #[test]
+    fn the_narrow_gemm_runs_where_it_takes_fewer_waves() {
+        let tuning = KernelTuning {
+            gemm_narrow: true,
+            ..KernelTuning::default()
+        };
+        let shape = |t, r| {
+            let l = mma_launch(t, r, SMS, &tuning);
+            (MMA_VARIANTS[l.variant], l.token_tiles)
+        };
+        // qwen3-8b at 256 tokens (measured, gemm vs gemm64): o and down 113 / 69 µs and
+        // 268 / 167 µs (64 blocks of 128 tokens: half the SMs); q|k|v 91 / 110 µs and gate|up
+        // 270 / 324 µs (a tie in waves: the wide tile).
+        assert_eq!(shape(256, 4096), ("gemm64", 4));
+        assert_eq!(shape(256, 6144), ("gemm", 2));
+        assert_eq!(shape(256, 24_576), ("gemm", 2));
+        // 1,024 tokens: 256 blocks of 128 tokens for o already fill two waves (226 vs 264 µs).
+        assert_eq!(shape(1024, 4096), ("gemm", 8));
+        // Off by default (not yet measured as a whole step).
+        assert!(!KernelTuning::default().gemm_narrow);
+        let d = mma_launch(256, 4096, SMS, &KernelTuning::default());
+        assert_eq!(d.variant, MMA_GEMM);
     }
 
     #[test]

@@ -47,11 +47,12 @@ if has variants; then
   # NERVA_ATTN_CLUSTER = split blocks merge in a cluster; NERVA_MMA_PREPARED = tokens from which
   # inputs are prepared by to_half; NERVA_MMA_SPLIT = token tiles split over blocks;
   # NERVA_TILED_WEIGHTS = weights in the mma kernels' tiled layout; NERVA_MMA_GEMM = tokens from
-  # which launches run the fixed-order GEMM; NERVA_L2_PREFETCH_MIB = MiB of the next weights decode
+  # which launches run the fixed-order GEMM (NERVA_MMA_GEMM_NARROW: its 64-token tiles where
+  # they take fewer waves); NERVA_L2_PREFETCH_MIB = MiB of the next weights decode
   # attention asks into L2.
   cfgs=("NERVA_KERNEL_BASELINE=1" "NERVA_PDL=1" "NERVA_TILED_WEIGHTS=0" "NERVA_MMA_DEEP=0"
         "NERVA_MMA_PREPARED=0" "NERVA_MMA_SPLIT=0" "NERVA_ATTN_SERIAL=0" "NERVA_ATTN_CLUSTER=1"
-        "NERVA_MMA_GEMM=0" "NERVA_L2_PREFETCH_MIB=16")
+        "NERVA_MMA_GEMM=0" "NERVA_MMA_GEMM_NARROW=1" "NERVA_L2_PREFETCH_MIB=16")
   # VARIANT_CFGS="A;B" replaces the list.
   [ -n "${VARIANT_CFGS:-}" ] && IFS=';' read -r -a cfgs <<< "$VARIANT_CFGS"
   for p in ${VARIANT_MODELS:-qwen3-0.6b qwen3-8b}; do

@@ -217,13 +217,15 @@ impl KernelTuning {
         } else {
             KernelTuning::default()
         };
+        // A token count from which a variant runs: `0` never, unset the default.
+        let from = |name: &str, default: Option<usize>| match var(name) {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => default,
+        };
         KernelTuning {
             deep_n1_blocks_per_sm: var("NERVA_MMA_DEEP").unwrap_or(d.deep_n1_blocks_per_sm),
-            serial_attention_from: match var("NERVA_ATTN_SERIAL") {
-                Some(0) => None,
-                Some(n) => Some(n),
-                None => d.serial_attention_from,
-            },
+            serial_attention_from: from("NERVA_ATTN_SERIAL", d.serial_attention_from),
             cluster_attention: var("NERVA_ATTN_CLUSTER").map_or(d.cluster_attention, |v| v != 0),
             prepared_from: var("NERVA_MMA_PREPARED").unwrap_or(d.prepared_from),
             token_split: var("NERVA_MMA_SPLIT").map_or(d.token_split, |v| v != 0),
@@ -231,11 +233,7 @@ impl KernelTuning {
             l2_prefetch_bytes: var("NERVA_L2_PREFETCH_MIB")
                 .map_or(d.l2_prefetch_bytes, |mib| mib << 20),
             l2_prefetch_until: var("NERVA_L2_PREFETCH_UNTIL").unwrap_or(d.l2_prefetch_until),
-            gemm_from: match var("NERVA_MMA_GEMM") {
-                Some(0) => None,
-                Some(n) => Some(n),
-                None => d.gemm_from,
-            },
+            gemm_from: from("NERVA_MMA_GEMM", d.gemm_from),
             gemm_narrow: var("NERVA_MMA_GEMM_NARROW").map_or(d.gemm_narrow, |v| v != 0),
         }
     }

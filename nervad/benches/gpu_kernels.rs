@@ -16,8 +16,8 @@ use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
-    KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_SHARED, MMA_GEMM_TOKENS,
-    MMA_VARIANTS, MmaLaunch, kernels, mma_gemm_shared, mma_launch,
+    KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED,
+    MMA_GEMM_TOKENS, MMA_VARIANTS, MmaLaunch, kernels, mma_gemm_shared, mma_launch,
 };
 use nervad::model::DType;
 
@@ -422,7 +422,7 @@ fn run(cli: &Cli) -> Res<()> {
         let mut tiled = gpu.load(&find("mma_tiled.cu").cubin, &refs)?;
         for (v, bytes) in [
             (MMA_GEMM, MMA_GEMM_SHARED),
-            (MMA_GEMM_NARROW, mma_gemm_shared(64)),
+            (MMA_GEMM_NARROW, mma_gemm_shared(MMA_GEMM_NARROW_TOKENS)),
         ] {
             ks[v] = gpu.with_dynamic_shared(ks[v], bytes)?;
             tiled[v] = gpu.with_dynamic_shared(tiled[v], bytes)?;
@@ -635,7 +635,7 @@ fn run(cli: &Cli) -> Res<()> {
                 Ok(Some(b.mma(&tiled, prep, shape, m, launch)?))
             };
             let gemm = gemm_tiles(MMA_GEMM, MMA_GEMM_TOKENS)?;
-            let gemm64 = gemm_tiles(MMA_GEMM_NARROW, 64)?;
+            let gemm64 = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS)?;
             let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
             let cublas = b.time(|_, i| {
                 let w = wbase + weight_offset(shape, region, i);

@@ -585,6 +585,8 @@ pub const MMA_GEMM: usize = 9;
 pub const MMA_GEMM_NARROW: usize = 10;
 /// Tokens per block of the GEMM (mma.cuh's BN of `gemm`).
 pub const MMA_GEMM_TOKENS: usize = 128;
+/// Tokens per block of the narrow GEMM (`gemm64`).
+pub const MMA_GEMM_NARROW_TOKENS: usize = 64;
 
 /// Dynamic shared memory of a GEMM launch of `tokens`-token tiles (mma.cuh's
 /// `GemmTile<tokens>::SMEM`): 3 stages of 16 KiB of weights and tokens / 8 KiB of inputs, and
@@ -645,8 +647,12 @@ pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaL
         // Waves of one block per SM (the GEMM's occupancy) times a block's tokens: the narrow
         // tile only where it strictly shortens that (measured: 8B o and down at 256 tokens).
         let span = |tile: usize| (r.div_ceil(128) * t.div_ceil(tile)).div_ceil(sms) * tile;
-        let narrow = tuning.gemm_narrow && span(64) < span(MMA_GEMM_TOKENS);
-        let tile = if narrow { 64 } else { MMA_GEMM_TOKENS };
+        let narrow = tuning.gemm_narrow && span(MMA_GEMM_NARROW_TOKENS) < span(MMA_GEMM_TOKENS);
+        let tile = if narrow {
+            MMA_GEMM_NARROW_TOKENS
+        } else {
+            MMA_GEMM_TOKENS
+        };
         return MmaLaunch {
             variant: if narrow { MMA_GEMM_NARROW } else { MMA_GEMM },
             rows: 128,
@@ -1440,7 +1446,7 @@ impl CudaBackend {
             module_kernels.push(gpu.load(&m.cubin, &refs)?);
         }
         let g = &module_kernels[0];
-        let k = Kernels {
+        let mut k = Kernels {
             gemv_rms: [GemvFamily::new(&g[0..4], 4), GemvFamily::new(&g[4..8], 2)],
             gemv_plain_add: [
                 GemvFamily::new(&g[8..12], 4),
@@ -1483,7 +1489,6 @@ impl CudaBackend {
         tuning.tiled_weights = tiled;
         // The GEMM needs 160 KiB of shared memory per block (sm_80 and sm_90 have it; sm_86 and
         // sm_89 allow 99 KiB): where the device refuses, the register kernels take its launches.
-        let mut k = k;
         if tuning.gemm_from.is_some() {
             let granted: Result<Vec<(Kernel, Kernel)>, BackendError> = k
                 .mma
@@ -1491,7 +1496,10 @@ impl CudaBackend {
                 .map(|f| {
                     Ok((
                         gpu.with_dynamic_shared(f.gemm, MMA_GEMM_SHARED)?,
-                        gpu.with_dynamic_shared(f.gemm_narrow, mma_gemm_shared(64))?,
+                        gpu.with_dynamic_shared(
+                            f.gemm_narrow,
+                            mma_gemm_shared(MMA_GEMM_NARROW_TOKENS),
+                        )?,
                     ))
                 })
                 .collect();
@@ -2807,7 +2815,7 @@ mod tests {
         assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
         assert_eq!(MMA_VARIANTS[MMA_GEMM_NARROW], "gemm64");
         assert_eq!(
-            (MMA_GEMM_SHARED, mma_gemm_shared(64)),
+            (MMA_GEMM_SHARED, mma_gemm_shared(MMA_GEMM_NARROW_TOKENS)),
             (160 << 10, 104 << 10)
         );
     }

@@ -327,6 +327,14 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
 // tokens each) share them. Fragments are read from shared memory in the layout the tiled weights
 // already have ([row tile][h][q][lane], 16 bytes each), so each thread still holds exactly
 // mma_body's 16 bytes per operand; the tile width changes no bit.
+//
+// Chain splits: where the tiles are too few to give every SM a block (decode steps of tens of
+// tokens, o and down over short prompt chunks), `splits` (4 or 8) blocks share a tile, block s
+// running positions [8s / splits, 8(s + 1) / splits) of the chain order (4: the pair
+// p_s = w_s + w_(s+4); 8: one chain alone). Each writes what it holds to `ws` and counts itself in
+// `counters[tile]`; the last of the tile to arrive reads the others back and merges them as one
+// block would ((p0 + p1) + p2) + p3 (with 8: p_i = w_i + w_(i+4) first), then runs the epilogue
+// and resets the counter for the next launch. Same operations on the same values: same bits.
 #define GEMM_BM 128
 #define GEMM_STAGES 3
 #define GEMM_A_BYTES (GEMM_BM / 16 * 2048)
@@ -406,7 +414,8 @@ __device__ __forceinline__ void gemm_stage_inputs(u32 b, const W* __restrict__ x
 template <typename W, int EPI, int BN>
 __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
                                               const W* __restrict__ xh, int K, int R, int T,
-                                              float* __restrict__ y, int y_stride, int token_tiles) {
+                                              float* __restrict__ y, int y_stride, int token_tiles,
+                                              float* ws, int* counters, int splits) {
     typedef GemmTile<BN> L;
     constexpr int WN = L::WN;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
@@ -417,16 +426,22 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 #endif
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wr = warp & 3, wc = warp >> 2;  // the warp's 32 rows and BN / 2 tokens
-    const int row0 = (blockIdx.x / token_tiles) * GEMM_BM;
-    const int t0 = (blockIdx.x % token_tiles) * BN;
+    const int tile_id = blockIdx.x / splits, split = blockIdx.x % splits;
+    const int row0 = (tile_id / token_tiles) * GEMM_BM;
+    const int t0 = (tile_id % token_tiles) * BN;
     const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+    // This block's positions of the chain order, and how many groups they hold.
+    const int ci0 = split * MMA_WARPS / splits, ci1 = (split + 1) * MMA_WARPS / splits;
+    int mine = 0;
+    for (int ci = ci0; ci < ci1; ++ci) mine += gemm_chain_len(gemm_chain(ci), groups);
     const u32 base = (u32)__cvta_generic_to_shared(gemm_smem);
     auto stage_a = [&](int s) { return base + (u32)(s % GEMM_STAGES) * L::STAGE_BYTES; };
     auto stage_b = [&](int s) { return stage_a(s) + GEMM_A_BYTES; };
-    // Position p of the chain order -> its group.
+    // The block's p-th group (p < mine), in the chain order from position ci0.
     auto group_at = [&](int p) {
 #pragma unroll
         for (int ci = 0; ci < MMA_WARPS; ++ci) {
+            if (ci < ci0) continue;
             const int v = gemm_chain(ci), n = gemm_chain_len(v, groups);
             if (p < n) return v + MMA_WARPS * p;
             p -= n;
@@ -437,11 +452,11 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
     // The first stages' weights do not depend on the previous kernel; the inputs do (to_half).
 #pragma unroll
     for (int s = 0; s < GEMM_STAGES - 1; ++s)
-        if (s < groups) gemm_stage_weights<W>(stage_a(s), w, row0, R, K, groups, group_at(s));
+        if (s < mine) gemm_stage_weights<W>(stage_a(s), w, row0, R, K, groups, group_at(s));
     pdl_enter();
 #pragma unroll
     for (int s = 0; s < GEMM_STAGES - 1; ++s) {
-        if (s < groups) gemm_stage_inputs<W, BN>(stage_b(s), xh, t0, T, K, group_at(s));
+        if (s < mine) gemm_stage_inputs<W, BN>(stage_b(s), xh, t0, T, K, group_at(s));
         cp_async_commit();
     }
 
@@ -449,7 +464,7 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
     float* first = reinterpret_cast<float*>(gemm_smem + GEMM_STAGES * L::STAGE_BYTES) +
                    warp * (2 * WN * 4 * 32) + lane;
     int p = 0;
-    for (int ci = 0; ci < MMA_WARPS; ++ci) {
+    for (int ci = ci0; ci < ci1; ++ci) {
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -462,7 +477,7 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
             __syncthreads();
             // Refill the stage every warp finished with (the barrier above) GEMM_STAGES - 1 ahead.
             const int ahead = p + GEMM_STAGES - 1;
-            if (ahead < groups) {
+            if (ahead < mine) {
                 const int gi = group_at(ahead);
                 gemm_stage_weights<W>(stage_a(ahead), w, row0, R, K, groups, gi);
                 gemm_stage_inputs<W, BN>(stage_b(ahead), xh, t0, T, K, gi);
@@ -510,12 +525,53 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
                         f = acc[m][n][e];
                     } else {
                         const float pair = f + acc[m][n][e];
-                        sum[m][n][e] = ci == 1 ? pair : sum[m][n][e] + pair;
+                        sum[m][n][e] = ci == ci0 + 1 ? pair : sum[m][n][e] + pair;
                     }
                 }
     }
     cp_async_wait<0>();
     __syncthreads();
+    if (splits > 1) {
+        // What this block holds: its pair (4) or its chain (8), to the tile's slice `split` of
+        // ws ([tile][split][value][thread]); the last block of the tile merges.
+        constexpr int VALS = 2 * WN * 4;
+        float* slices = ws + (size_t)tile_id * splits * VALS * MMA_THREADS;
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < WN; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int v = (m * WN + n) * 4 + e;
+                    const float held = splits == MMA_WARPS ? acc[m][n][e] : sum[m][n][e];
+                    __stcg(slices + ((size_t)split * VALS + v) * MMA_THREADS + tid, held);
+                }
+        __threadfence();
+        __syncthreads();
+        __shared__ int last;
+        if (tid == 0) last = atomicAdd(counters + tile_id, 1) == splits - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        if (tid == 0) counters[tile_id] = 0;
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int n = 0; n < WN; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int v = (m * WN + n) * 4 + e;
+                    auto at = [&](int z) {
+                        return __ldcg(slices + ((size_t)z * VALS + v) * MMA_THREADS + tid);
+                    };
+                    // Slice z holds position z: with 8, chains w_i and w_(i+4) at 2i and 2i + 1.
+                    float pr[4];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        pr[i] = splits == MMA_WARPS ? at(2 * i) + at(2 * i + 1) : at(i);
+                    sum[m][n][e] = ((pr[0] + pr[1]) + pr[2]) + pr[3];
+                }
+    }
 
     // The tile's sums through shared memory (over the stages), so the stores are by rows.
     float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(gemm_smem);
@@ -559,15 +615,19 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 }
 
 // The GEMM variants of a family: the projection's parameter list (x, x_stride, x_rows, norm_w
-// and eps unused: the inputs come prepared), one block per 128 rows × BN tokens (token_tiles
-// blocks per row block, adjacent), GemmTile<BN>::SMEM bytes of dynamic shared memory.
+// and eps unused: the inputs come prepared), then the chain-split workspace: `splits` (1, 4 or
+// 8) blocks per 128 rows × BN tokens (tiles: token_tiles per row block, adjacent; a tile's
+// splits adjacent), GemmTile<BN>::SMEM bytes of dynamic shared memory; with splits > 1, ws holds
+// tiles × splits × 128 × BN floats and counters one zero int per tile.
 #define MMA_GEMM_ENTRY(NAME, W, EPI, BN)                                                       \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1)                               \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
-             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles) {     \
-        mma_gemm_body<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles);            \
+             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
+             float* ws, int* counters, int splits) {                                           \
+        mma_gemm_body<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,         \
+                                  counters, splits);                                          \
     }
 
 #define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \

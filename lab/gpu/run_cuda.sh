@@ -3,7 +3,7 @@
 # parity against the CPU reference and transformers, the decode benchmark against the read
 # bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
 #
-#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [pdl] [variants] [ncu] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [pdl] [variants] [ncu] [ncu-prefill] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
 #
 # BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels, preemption and cuda_backend built on the development machine.
 set -u
@@ -60,7 +60,7 @@ if has variants; then
     for cfg in "${cfgs[@]}"; do
       echo "== $p $cfg"
       env $cfg timeout 150 "$B/gpu_decode" --model $M/$p --batch ${VARIANT_BATCH:-1,8,32,64} \
-        --prefill "${VARIANT_PREFILL-1024}" --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]|WARN|prefill|^kernels:|^load"
+        --prefill "${VARIANT_PREFILL-1024}" --max-step-tokens ${VARIANT_STEP:-256} --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]|WARN|prefill|^kernels:|^load"
     done
   done 2>&1 | tee -a "$O/variants.log"
 fi
@@ -76,6 +76,32 @@ if has ncu; then
       --projections $proj > "$O/ncu_$proj.txt" 2>&1
     grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occ|lts__t_req|lts__t_sec|dram__bytes" "$O/ncu_$proj.txt"
   done 2>&1 | tee "$O/ncu_summary.log"
+fi
+if has ncu-prefill && command -v ncu >/dev/null; then
+  # Where a 2,048-token prompt's step spends its time: the first layers' prefill kernels, each
+  # timed alone by ncu (serialized, base clocks: shares, not absolute speed).
+  model qwen3-8b
+  # The first 396 matching launches are the decode table's 128-token prompt (36 layers × 11).
+  timeout 300 ncu --graph-profiling node -k "regex:attn_split|attn_combine|attn_prefill|rope_append|_gemm|to_half" \
+    --launch-skip ${NCU_PREFILL_SKIP:-396} --launch-count ${NCU_PREFILL_LAUNCHES:-33} \
+    --metrics gpu__time_duration.sum \
+    "$B/gpu_decode" --model $M/qwen3-8b --batch 1 --tokens 2 --prefill ${NCU_PREFILL:-2048} \
+    --max-step-tokens ${NCU_PREFILL:-2048} > "$O/ncu_prefill.txt" 2>&1
+  python3 - "$O/ncu_prefill.txt" <<'PY' | tee "$O/ncu_prefill_summary.log"
+import re, sys, collections
+tot = collections.OrderedDict(); name = None
+for line in open(sys.argv[1]):
+    m = re.match(r"\s\s(\S+) \((\d+), (\d+), (\d+)\)x", line)
+    if m: name = m.group(1) + " grid(%s,%s,%s)" % m.groups()[1:]; continue
+    m = re.search(r"gpu__time_duration.sum\s+(\S+)\s+([\d.,]+)", line)
+    if m and name:
+        v = float(m.group(2).replace(",", "")); v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(m.group(1), 1)
+        tot.setdefault(name, []).append(v); name = None
+all_us = sum(sum(v) for v in tot.values())
+for k, v in sorted(tot.items(), key=lambda kv: -sum(kv[1])):
+    print(f"{sum(v):10.1f} us {100*sum(v)/all_us:5.1f}%  x{len(v)}  {k}")
+print(f"{all_us:10.1f} us total")
+PY
 fi
 if has parity-tiny; then
   timeout 300 python3 tests/parity/parity.py --nervad "$B/nervad" --backend cuda --device cuda \

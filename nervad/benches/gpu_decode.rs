@@ -51,6 +51,10 @@ struct Args {
     /// Prompt lengths for the prefill table (time to the first token, one request alone).
     #[arg(long, default_value = "128,1024")]
     prefill: String,
+    /// Most tokens in one step: prompts are prefilled in chunks of this many (the daemon's
+    /// --max-step-tokens; at least the largest batch).
+    #[arg(long, default_value_t = 256)]
+    max_step_tokens: usize,
     /// Prefill projections through cuBLAS instead of the decode kernels (implied by
     /// --projections gemv|mixed).
     #[arg(long)]
@@ -145,7 +149,7 @@ fn main() {
         max_context: context.min(model.config.max_position_embeddings),
         kv_budget_bytes: 0,
         threads: 0,
-        max_step_tokens: 256.max(max_batch),
+        max_step_tokens: args.max_step_tokens.max(max_batch),
         page_tokens: 16,
         max_queued: max_batch,
         ..EngineOptions::default()

@@ -16,8 +16,9 @@ use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
-    KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED,
-    MMA_GEMM_TOKENS, MMA_VARIANTS, MmaLaunch, kernels, mma_gemm_shared, mma_launch,
+    GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW,
+    MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS, MmaLaunch, gemm_splits,
+    kernels, mma_gemm_shared, mma_launch,
 };
 use nervad::model::DType;
 
@@ -143,6 +144,9 @@ struct Bench {
     xa: DevBuf,
     norm: DevBuf,
     y: DevBuf,
+    /// The chain-split GEMM's partial tiles and per-tile counters (zero between launches).
+    gemm_ws: DevBuf,
+    gemm_done: DevBuf,
     start: nervad::backend::cuda::driver::Event,
     end: nervad::backend::cuda::driver::Event,
 }
@@ -271,6 +275,8 @@ impl Bench {
             self.y.ptr,
             self.weights.ptr,
         );
+        let (ws, done, splits) = (self.gemm_ws.ptr, self.gemm_done.ptr, launch.splits as i32);
+        let gemm = matches!(launch.variant, MMA_GEMM | MMA_GEMM_NARROW);
         let region = self.weights.bytes;
         let x_stride = shape.k as i32;
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
@@ -298,32 +304,34 @@ impl Bench {
                     )
                 }?;
             }
+            let args = Args::new()
+                .arg(&w)
+                .arg(&null)
+                .arg(&x)
+                .arg(&x_stride)
+                .arg(&xh)
+                .arg(&null)
+                .arg(&norm)
+                .arg(&eps)
+                .arg(&k)
+                .arg(&r)
+                .arg(&ti)
+                .arg(&y)
+                .arg(&r)
+                .arg(&tiles);
+            let args = if gemm {
+                args.arg(&ws).arg(&done).arg(&splits)
+            } else {
+                args
+            };
+            let blocks = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
-            // token_tiles), the grid the row tiles times the token tiles: w
-            // covers R×K bf16 inside the weights region, x T rows of K f32, xh null or T × K
-            // bf16, y T rows of R f32 (scratch), norm K f32; bias and rows null.
-            unsafe {
-                gpu.launch(
-                    kernel,
-                    ((shape.r as u32).div_ceil(rows) * launch.token_tiles, 1, 1),
-                    256,
-                    Args::new()
-                        .arg(&w)
-                        .arg(&null)
-                        .arg(&x)
-                        .arg(&x_stride)
-                        .arg(&xh)
-                        .arg(&null)
-                        .arg(&norm)
-                        .arg(&eps)
-                        .arg(&k)
-                        .arg(&r)
-                        .arg(&ti)
-                        .arg(&y)
-                        .arg(&r)
-                        .arg(&tiles),
-                )
-            }
+            // token_tiles) and the GEMM's (ws, counters, splits), the grid the row tiles times
+            // the token tiles times the splits: w covers R×K bf16 inside the weights region, x T
+            // rows of K f32, xh null or T × K bf16, y T rows of R f32 (scratch), norm K f32;
+            // bias and rows null; a split launch stays within GEMM_SPLIT_MAX_BLOCKS_PER_SM × SMs
+            // blocks (gemm_splits), which ws and the zeroed counters cover.
+            unsafe { gpu.launch(kernel, (blocks, 1, 1), 256, args) }
         })
     }
 
@@ -368,7 +376,7 @@ fn run(cli: &Cli) -> Res<()> {
     let x_bytes = max_t * 2 * max_k * 4;
     let y_bytes = max_t * 151936 * 4;
     gpu.allocate_arena(
-        weights_bytes + 2 * x_bytes + y_bytes + (WORKSPACE_BYTES << 1) + (64 << 20),
+        weights_bytes + 2 * x_bytes + y_bytes + (WORKSPACE_BYTES << 1) + (128 << 20),
     )?;
     let weights = gpu.carve(weights_bytes)?;
     let x = gpu.carve(x_bytes)?;
@@ -376,6 +384,10 @@ fn run(cli: &Cli) -> Res<()> {
     let norm = gpu.carve(max_k * 4)?;
     let y = gpu.carve(y_bytes)?;
     let workspace = gpu.carve(WORKSPACE_BYTES)?;
+    let split_blocks = GEMM_SPLIT_MAX_BLOCKS_PER_SM * facts.sms as usize;
+    let gemm_ws = gpu.carve(split_blocks * 128 * MMA_GEMM_TOKENS * 4)?;
+    let gemm_done = gpu.carve(split_blocks * 4)?;
+    gpu.zero(gemm_done.ptr, gemm_done.bytes)?;
     fill(&mut gpu, weights, 1, false)?;
     fill(&mut gpu, x, 2, true)?;
     fill(&mut gpu, xa, 3, false)?;
@@ -450,6 +462,8 @@ fn run(cli: &Cli) -> Res<()> {
         xa,
         norm,
         y,
+        gemm_ws,
+        gemm_done,
         start,
         end,
     };
@@ -538,7 +552,7 @@ fn run(cli: &Cli) -> Res<()> {
             .clone();
         let bytes = shape.k * shape.r * 2;
         for &t in &parse_list(&cli.mma_tokens) {
-            let plain = mma_launch(t, shape.r, sms, &baseline);
+            let plain = mma_launch(t, shape.r, shape.k, sms, &baseline);
             let ms = b.mma(&ks, prep, shape, t, plain)?;
             let deep = if plain.variant == 0 {
                 let launch = MmaLaunch {
@@ -549,7 +563,7 @@ fn run(cli: &Cli) -> Res<()> {
             } else {
                 None
             };
-            let launch = mma_launch(t, shape.r, sms, &defaults);
+            let launch = mma_launch(t, shape.r, shape.k, sms, &defaults);
             let tuned_ms = Some((launch, b.mma(&tiled, prep, shape, t, launch)?));
             let gemv = if t <= 64 {
                 Some(b.gemv(&fam, 4, shape, t)?)
@@ -586,7 +600,7 @@ fn run(cli: &Cli) -> Res<()> {
     let Some(mut blas) = blas else { return Ok(()) };
     println!();
     println!(
-        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
+        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} | {:>11} {:>8} | {:>7}",
         "model",
         "proj",
         "M",
@@ -594,8 +608,11 @@ fn run(cli: &Cli) -> Res<()> {
         "TFLOP/s",
         "GEMM (us)",
         "TFLOP/s",
+        "spl",
         "GEMM64 (us)",
         "TFLOP/s",
+        "spl",
+        "64 unsplit",
         "cuBLAS (us)",
         "TFLOP/s",
         "ratio"
@@ -622,20 +639,25 @@ fn run(cli: &Cli) -> Res<()> {
                 .find(|(md, _, _, _)| *md == shape.mode)
                 .expect("mma family")
                 .clone();
-            let mut gemm_tiles = |variant, tile: usize| -> Res<Option<f64>> {
+            // Chain splits as the backend picks them (`gemm_splits`), and the narrow tile unsplit.
+            let mut gemm_tiles = |variant, tile: usize, split| -> Res<Option<(f64, u32)>> {
                 if m <= 8 {
                     return Ok(None);
                 }
+                let token_tiles = m.div_ceil(tile);
+                let splits = gemm_splits(m, shape.r, shape.k, sms, tile, split);
                 let launch = MmaLaunch {
                     variant,
                     rows: 128,
-                    token_tiles: m.div_ceil(tile) as u32,
+                    token_tiles: token_tiles as u32,
                     prepared: true,
+                    splits,
                 };
-                Ok(Some(b.mma(&tiled, prep, shape, m, launch)?))
+                Ok(Some((b.mma(&tiled, prep, shape, m, launch)?, splits)))
             };
-            let gemm = gemm_tiles(MMA_GEMM, MMA_GEMM_TOKENS)?;
-            let gemm64 = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS)?;
+            let gemm = gemm_tiles(MMA_GEMM, MMA_GEMM_TOKENS, GemmSplit::Auto)?;
+            let gemm64 = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, GemmSplit::Auto)?;
+            let unsplit = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, GemmSplit::Fixed(1))?;
             let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
             let cublas = b.time(|_, i| {
                 let w = wbase + weight_offset(shape, region, i);
@@ -651,14 +673,18 @@ fn run(cli: &Cli) -> Res<()> {
                     (format!("{:.2}", o * 1e3), format!("{:.1}", tf(o)))
                 })
             };
-            let (g_us, g_tf) = cells(gemm);
-            let (n_us, n_tf) = cells(gemm64);
-            // Ours (the GEMM where it runs, else the GEMV) against cuBLAS.
-            let ratio = gemm
-                .or(ours)
-                .map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
+            let (g_us, g_tf) = cells(gemm.map(|g| g.0));
+            let (n_us, n_tf) = cells(gemm64.map(|g| g.0));
+            let (u_us, _) = cells(unsplit.map(|g| g.0));
+            let splits = |g: Option<(f64, u32)>| g.map_or("-".to_string(), |g| format!("x{}", g.1));
+            // Ours (the faster GEMM where it runs, else the GEMV) against cuBLAS.
+            let best = match (gemm, gemm64) {
+                (Some(a), Some(n)) => Some(a.0.min(n.0)),
+                _ => ours,
+            };
+            let ratio = best.map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
             println!(
-                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
+                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} | {:>11.2} {:>8.1} | {:>7}",
                 shape.model,
                 shape.name,
                 m,
@@ -666,8 +692,11 @@ fn run(cli: &Cli) -> Res<()> {
                 o_tf,
                 g_us,
                 g_tf,
+                splits(gemm),
                 n_us,
                 n_tf,
+                splits(gemm64),
+                u_us,
                 cublas * 1e3,
                 tf(cublas),
                 ratio

@@ -406,7 +406,7 @@ fn prefill_and_fused_decode_give_identical_bits() {
 /// bit (and the prompts' KV, written by the variants' prefill launches, feeds those logits).
 #[test]
 fn kernel_variants_give_identical_bits() {
-    use nervad::backend::cuda::{CudaBackend, KernelTuning};
+    use nervad::backend::cuda::{CudaBackend, GemmSplit, KernelTuning};
     use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
     let Some(cuda) = device() else { return };
     // TinyLlama: an untied LM head and an intermediate size (160) that is no multiple of the
@@ -515,18 +515,30 @@ fn kernel_variants_give_identical_bits() {
             ),
             (
                 "tiled weights + the fixed-order GEMM from 9 tokens, 64-token tiles where fewer \
-                 waves",
+                 waves, chains in 4 blocks per tile",
                 KernelTuning {
                     gemm_from: Some(9),
                     gemm_narrow: true,
+                    gemm_split: GemmSplit::Fixed(4),
                     ..KernelTuning::default()
                 },
             ),
             (
-                "row-major weights + the fixed-order GEMM from 9 tokens",
+                "row-major weights + the fixed-order GEMM from 9 tokens, chains in 8 blocks per tile",
                 KernelTuning {
                     gemm_from: Some(9),
+                    gemm_split: GemmSplit::Fixed(8),
                     ..KernelTuning::baseline()
+                },
+            ),
+            (
+                "tiled weights + the fixed-order GEMM from 9 tokens, 128-token tiles, chains split \
+                 where that saves waves",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_narrow: false,
+                    gemm_split: GemmSplit::Auto,
+                    ..KernelTuning::default()
                 },
             ),
             (

@@ -159,13 +159,28 @@ pub struct KernelTuning {
     /// The GEMM takes 64-token tiles (`mma_*_gemm64`) where its 128-token grid would leave
     /// SMs idle for longer (`mma_launch`).
     pub gemm_narrow: bool,
+    /// How many blocks share a GEMM tile's chains (mma.cuh, chain splits): `GemmSplit::Auto`
+    /// picks 1, 4 or 8 per launch by block waves (`gemm_splits`).
+    pub gemm_split: GemmSplit,
+}
+
+/// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
+/// share of the eight k-chains, merged in the one fixed order by the last to finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmSplit {
+    /// Per launch, by block waves (`gemm_splits`).
+    Auto,
+    /// Always this many (1, 4 or 8): 1 is off; 4 and 8 exist for the bit-identity tests.
+    Fixed(u32),
 }
 
 impl Default for KernelTuning {
     /// Measured on the H100 (qwen3-0.6b and qwen3-8b, batch 1 to 64, BENCHMARKS.md): the deep
     /// one-n-tile kernel where a projection gives at most 2 blocks per SM, serial attention
     /// from 32 decode tokens, prepared inputs from 3 tokens, token splitting, tiled weights and
-    /// the fixed-order GEMM from 128 tokens. Cluster attention lost at every batch size past 1;
+    /// the fixed-order GEMM from 64 tokens with its chains split over blocks where the tiles are
+    /// few and 64-token tiles where cheaper (H200, 2026-11-26: batch 64 18.4 → 16.1 ms per
+    /// step, a 1,024-token prompt in 256-token chunks 241 → 222 ms, batch 1 unchanged). Cluster attention lost at every batch size past 1;
     /// the L2 prefetch during attention gained 2% at batch 8 and lost up to 6% at batch 1.
     fn default() -> Self {
         KernelTuning {
@@ -177,8 +192,9 @@ impl Default for KernelTuning {
             tiled_weights: true,
             l2_prefetch_bytes: 0,
             l2_prefetch_until: 8,
-            gemm_from: Some(128),
-            gemm_narrow: false,
+            gemm_from: Some(64),
+            gemm_narrow: true,
+            gemm_split: GemmSplit::Auto,
         }
     }
 }
@@ -198,13 +214,15 @@ impl KernelTuning {
             l2_prefetch_until: 0,
             gemm_from: None,
             gemm_narrow: false,
+            gemm_split: GemmSplit::Fixed(1),
         }
     }
 
     /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>`,
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
-    /// `NERVA_MMA_GEMM=<tokens>` and `NERVA_MMA_GEMM_NARROW=1` applied (`0` turns a variant off;
+    /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1` and `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
+    /// 0 auto>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -235,6 +253,15 @@ impl KernelTuning {
             l2_prefetch_until: var("NERVA_L2_PREFETCH_UNTIL").unwrap_or(d.l2_prefetch_until),
             gemm_from: from("NERVA_MMA_GEMM", d.gemm_from),
             gemm_narrow: var("NERVA_MMA_GEMM_NARROW").map_or(d.gemm_narrow, |v| v != 0),
+            gemm_split: match var("NERVA_MMA_GEMM_SPLIT") {
+                Some(0) => GemmSplit::Auto,
+                Some(n @ (1 | 4 | 8)) => GemmSplit::Fixed(n as u32),
+                Some(n) => {
+                    tracing::warn!("NERVA_MMA_GEMM_SPLIT={n} is not 0, 1, 4 or 8: ignored");
+                    d.gemm_split
+                }
+                None => d.gemm_split,
+            },
         }
     }
 }
@@ -480,6 +507,10 @@ struct Bufs {
     blas_ws: DevBuf,
     /// Per (token, kv head): split blocks of attn_decode done so far (back to 0 after each).
     attn_done: DevBuf,
+    /// The chain-split GEMM's partial tiles, and per tile its blocks done so far (back to 0
+    /// after each launch).
+    gemm_ws: DevBuf,
+    gemm_done: DevBuf,
     logits: DevBuf,
     weights: DevBuf,
     meta: DevBuf,
@@ -623,6 +654,55 @@ pub struct MmaLaunch {
     pub token_tiles: u32,
     /// Inputs prepared by to_half first.
     pub prepared: bool,
+    /// GEMM only: blocks per tile sharing its chains (1, 4 or 8; `gemm_splits`).
+    pub splits: u32,
+}
+
+/// Most blocks a chain-split GEMM launch may have: its workspace holds one 128 × 128 f32 tile per
+/// block (`GemmWorkspace`), 64 KiB each.
+pub const GEMM_SPLIT_MAX_BLOCKS_PER_SM: usize = 8;
+
+/// A block's time on one GEMM tile width: `per_k` µs per element of K it reduces (its share of
+/// the chains) plus `fixed` µs (pipeline ramp, epilogue, a split's partial and merge). Fitted to
+/// qwen3-8b's o projection on the H200 (`gpu_kernels`, 2026-11-26: per wave 119 µs unsplit and
+/// 55 µs in 4 splits on 128-token tiles, 69 and 33.5 µs on 64-token tiles); only the ratios
+/// matter, to rank launch shapes.
+const GEMM_BLOCK_US: [(usize, f64, f64); 2] = [
+    (MMA_GEMM_TOKENS, 0.0208, 33.7),
+    (MMA_GEMM_NARROW_TOKENS, 0.01156, 21.7),
+];
+
+/// Estimated time of a GEMM launch of `t` tokens over `r` rows and `k` columns on `sms`
+/// multiprocessors (one block each at a time) with `tile`-token tiles in `splits` blocks each:
+/// block waves × one block's time.
+fn gemm_cost(t: usize, r: usize, k: usize, sms: usize, tile: usize, splits: usize) -> f64 {
+    let (_, per_k, fixed) = GEMM_BLOCK_US
+        .iter()
+        .copied()
+        .find(|g| g.0 == tile)
+        .unwrap_or(GEMM_BLOCK_US[0]);
+    let blocks = r.div_ceil(128) * t.div_ceil(tile) * splits;
+    blocks.div_ceil(sms) as f64 * (per_k * k as f64 / splits as f64 + fixed)
+}
+
+/// Blocks per GEMM tile (1, 4 or 8) for `tile`-token tiles: the cheapest by `gemm_cost` under
+/// `split`, within the workspace (`GEMM_SPLIT_MAX_BLOCKS_PER_SM`). E.g. qwen3-8b's o at 128
+/// tokens on 128-token tiles: 32 tiles, 4 blocks each in one wave.
+pub fn gemm_splits(t: usize, r: usize, k: usize, sms: usize, tile: usize, split: GemmSplit) -> u32 {
+    let tiles = r.div_ceil(128) * t.div_ceil(tile);
+    let fits = |s: usize| s == 1 || tiles * s <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * sms;
+    match split {
+        GemmSplit::Fixed(s) if fits(s as usize) => s,
+        GemmSplit::Fixed(_) => 1,
+        GemmSplit::Auto => [1usize, 4, 8]
+            .into_iter()
+            .filter(|&s| fits(s))
+            .min_by(|&a, &b| {
+                let cost = |s| gemm_cost(t, r, k, sms, tile, s);
+                cost(a).total_cmp(&cost(b))
+            })
+            .unwrap_or(1) as u32,
+    }
 }
 
 /// The launch of `t` tokens over `r` weight rows on `sms` multiprocessors under `tuning`:
@@ -632,9 +712,10 @@ pub struct MmaLaunch {
 /// `token_split`, past 8 tokens the widest token tile (64, 32 or 16 tokens, more than half of
 /// them used) whose blocks give every SM at least two, split over as many blocks per row tile
 /// as the tokens need (else the 16-token tile). From `gemm_from` tokens (past 8) the GEMM
-/// takes every launch: one block per 128 rows and 128 tokens (64 with `gemm_narrow` where that
-/// takes fewer block waves).
-pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
+/// takes every launch: blocks of 128 rows and 128 tokens, or 64 with `gemm_narrow`, each tile's
+/// chains in 1, 4 or 8 blocks (`gemm_splits`), whichever `gemm_cost` ranks cheapest for the
+/// `r` × `k` matrix.
+pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
     let (variant, rows) = mma_variant(t);
     let prepared = t > 8 || (tuning.prepared_from > 0 && t >= tuning.prepared_from);
     let one = |variant, rows| MmaLaunch {
@@ -642,22 +723,28 @@ pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaL
         rows,
         token_tiles: 1,
         prepared,
+        splits: 1,
     };
     if t > 8 && tuning.gemm_from.is_some_and(|n| t >= n) {
-        // Waves of one block per SM (the GEMM's occupancy) times a block's tokens: the narrow
-        // tile only where it strictly shortens that (measured: 8B o and down at 256 tokens).
-        let span = |tile: usize| (r.div_ceil(128) * t.div_ceil(tile)).div_ceil(sms) * tile;
-        let narrow = tuning.gemm_narrow && span(MMA_GEMM_NARROW_TOKENS) < span(MMA_GEMM_TOKENS);
-        let tile = if narrow {
-            MMA_GEMM_NARROW_TOKENS
+        // Each tile width with its best split; the narrow one only where strictly cheaper.
+        let shape = |variant, tile| {
+            let splits = gemm_splits(t, r, k, sms, tile, tuning.gemm_split);
+            let cost = gemm_cost(t, r, k, sms, tile, splits as usize);
+            (variant, tile, splits, cost)
+        };
+        let wide = shape(MMA_GEMM, MMA_GEMM_TOKENS);
+        let narrow = shape(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS);
+        let (variant, tile, splits, _) = if tuning.gemm_narrow && narrow.3 < wide.3 {
+            narrow
         } else {
-            MMA_GEMM_TOKENS
+            wide
         };
         return MmaLaunch {
-            variant: if narrow { MMA_GEMM_NARROW } else { MMA_GEMM },
+            variant,
             rows: 128,
             token_tiles: t.div_ceil(tile) as u32,
             prepared,
+            splits,
         };
     }
     if t <= 8 {
@@ -688,6 +775,7 @@ pub fn mma_launch(t: usize, r: usize, sms: usize, tuning: &KernelTuning) -> MmaL
         rows,
         token_tiles,
         prepared,
+        splits: 1,
     }
 }
 
@@ -1063,6 +1151,13 @@ impl CudaBackend {
         let t = options.max_step_tokens;
         let max_pages = options.max_context.div_ceil(options.page_tokens);
         let z = ATTN_SPLITS as usize;
+        // Chain-split GEMM launches stay within this many blocks (`gemm_splits`), one partial
+        // tile of 128 rows × 128 tokens each; none without the tensor-core GEMM.
+        let gemm_split_blocks = if mma_only {
+            GEMM_SPLIT_MAX_BLOCKS_PER_SM * facts.sms as usize
+        } else {
+            0
+        };
         let tied = std::ptr::eq(
             weights.lm_head.bytes().as_ptr(),
             weights.embed_tokens.bytes().as_ptr(),
@@ -1121,33 +1216,35 @@ impl CudaBackend {
             fixed.sizes.extend(layer_sizes(l));
         }
         let head_sizes = vec![
-            matrix(vocab, h),                        // embed
-            if tied { 0 } else { matrix(vocab, h) }, // lm_head
-            h * 4,                                   // final norm
-            options.max_context * (hd / 2) * 4,      // cos
-            options.max_context * (hd / 2) * 4,      // sin
-            t * h * 4,                               // x
-            t * (qd + 2 * kvd) * 4,                  // qkv
-            t * qd * 4,                              // q
-            t * qd * 4,                              // attn
-            t * 2 * inter * 4,                       // gu
-            t * inter * 4,                           // act
-            t * c.num_attention_heads * z * hd * 4,  // part_o
-            t * c.num_attention_heads * z * 2 * 4,   // part_ml
-            t * c.num_key_value_heads * 4,           // attn_done
-            t * h.max(qd).max(inter) * wb,           // xa
-            blas::WORKSPACE_BYTES,                   // cuBLAS workspace
-            s * vocab * 4,                           // logits
-            s * vocab * 4,                           // sampling weights
-            meta.bytes,                              // meta
-            s * max_pages * 4,                       // tables
-            s * SLOT_PARAMS_BYTES,                   // params
-            s * vocab * 4,                           // counts
-            s * vocab.div_ceil(32) * 4,              // prompt bits
-            s * 4,                                   // sampled
-            s * RECORD_BYTES,                        // records
-            256,                                     // sink
-            s * PREP_CHUNKS * 16,                    // chunk statistics of sampled rows
+            matrix(vocab, h),                              // embed
+            if tied { 0 } else { matrix(vocab, h) },       // lm_head
+            h * 4,                                         // final norm
+            options.max_context * (hd / 2) * 4,            // cos
+            options.max_context * (hd / 2) * 4,            // sin
+            t * h * 4,                                     // x
+            t * (qd + 2 * kvd) * 4,                        // qkv
+            t * qd * 4,                                    // q
+            t * qd * 4,                                    // attn
+            t * 2 * inter * 4,                             // gu
+            t * inter * 4,                                 // act
+            t * c.num_attention_heads * z * hd * 4,        // part_o
+            t * c.num_attention_heads * z * 2 * 4,         // part_ml
+            t * c.num_key_value_heads * 4,                 // attn_done
+            gemm_split_blocks * 128 * MMA_GEMM_TOKENS * 4, // gemm_ws
+            gemm_split_blocks * 4,                         // gemm_done
+            t * h.max(qd).max(inter) * wb,                 // xa
+            blas::WORKSPACE_BYTES,                         // cuBLAS workspace
+            s * vocab * 4,                                 // logits
+            s * vocab * 4,                                 // sampling weights
+            meta.bytes,                                    // meta
+            s * max_pages * 4,                             // tables
+            s * SLOT_PARAMS_BYTES,                         // params
+            s * vocab * 4,                                 // counts
+            s * vocab.div_ceil(32) * 4,                    // prompt bits
+            s * 4,                                         // sampled
+            s * RECORD_BYTES,                              // records
+            256,                                           // sink
+            s * PREP_CHUNKS * 16,                          // chunk statistics of sampled rows
         ];
         fixed.sizes.extend(head_sizes.iter().copied());
         let fixed_bytes = fixed.total();
@@ -1329,6 +1426,8 @@ impl CudaBackend {
         let part_o = carve_next()?;
         let part_ml = carve_next()?;
         let attn_done = carve_next()?;
+        let gemm_ws = carve_next()?;
+        let gemm_done = carve_next()?;
         let xa = carve_next()?;
         let blas_ws = carve_next()?;
         let logits = carve_next()?;
@@ -1359,6 +1458,8 @@ impl CudaBackend {
             part_o,
             part_ml,
             attn_done,
+            gemm_ws,
+            gemm_done,
             xa,
             blas_ws,
             logits,
@@ -1383,6 +1484,7 @@ impl CudaBackend {
             gu,
             act,
             attn_done,
+            gemm_done,
             tables,
             counts,
             prompt_bits,
@@ -1804,7 +1906,7 @@ impl CudaBackend {
         p: &Proj,
         t: usize,
     ) -> Result<(), BackendError> {
-        let shape = mma_launch(t, p.r, self.sms as usize, &self.tuning);
+        let shape = mma_launch(t, p.r, p.k, self.sms as usize, &self.tuning);
         let xh = if shape.prepared {
             self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t)?
         } else {
@@ -1812,20 +1914,28 @@ impl CudaBackend {
         };
         let mut a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
         a.token_tiles = shape.token_tiles as i32;
-        let blocks = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles;
+        let splits = shape.splits as i32;
+        let blocks = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles * shape.splits;
+        let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
+        let args = a.args(Some(&xh));
+        let args = if gemm {
+            args.arg(&self.bufs.gemm_ws.ptr)
+                .arg(&self.bufs.gemm_done.ptr)
+                .arg(&splits)
+        } else {
+            args
+        };
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
-        // float* y, int y_stride, int token_tiles): w holds R×K weights (row-major, or tiled and
-        // padded as mma_tiled.cu reads them), x and y hold T rows of
-        // their strides, xh (when used) the T prepared rows, bias/norm are null or R/K floats;
-        // the grid is the row tiles times the token tiles.
+        // float* y, int y_stride, int token_tiles), the GEMM's with (float* ws, int* counters,
+        // int splits) after: w holds R×K weights (row-major, or tiled and padded as
+        // mma_tiled.cu reads them), x and y hold T rows of their strides, xh (when used) the T
+        // prepared rows, bias/norm are null or R/K floats; the grid is the row tiles times the
+        // token tiles (times the splits); a split launch has at most gemm_split_blocks blocks
+        // (`gemm_splits`), within ws and counters, and its counters are zero between launches.
         unsafe {
-            self.gpu.launch(
-                family.kernel(shape.variant),
-                (blocks, 1, 1),
-                256,
-                a.args(Some(&xh)),
-            )
+            self.gpu
+                .launch(family.kernel(shape.variant), (blocks, 1, 1), 256, args)
         }
     }
 
@@ -2784,8 +2894,13 @@ mod tests {
                     rows,
                     token_tiles: 1,
                     prepared: t > 8,
+                    splits: 1,
                 };
-                assert_eq!(mma_launch(t, r, SMS, &d), want, "{t} tokens, {r} rows");
+                assert_eq!(
+                    mma_launch(t, r, 4096, SMS, &d),
+                    want,
+                    "{t} tokens, {r} rows"
+                );
             }
         }
     }
@@ -2794,6 +2909,8 @@ mod tests {
     fn the_gemm_takes_every_launch_from_its_token_count() {
         let tuning = KernelTuning {
             gemm_from: Some(64),
+            gemm_narrow: false,
+            gemm_split: GemmSplit::Fixed(1),
             ..KernelTuning::default()
         };
         let gemm = |t: usize| MmaLaunch {
@@ -2801,17 +2918,18 @@ mod tests {
             rows: 128,
             token_tiles: t.div_ceil(MMA_GEMM_TOKENS) as u32,
             prepared: true,
+            splits: 1,
         };
-        assert_eq!(mma_launch(64, 4096, SMS, &tuning), gemm(64));
-        assert_eq!(mma_launch(1000, 24_576, SMS, &tuning), gemm(1000));
-        assert_ne!(mma_launch(63, 4096, SMS, &tuning).variant, MMA_GEMM);
+        assert_eq!(mma_launch(64, 4096, 4096, SMS, &tuning), gemm(64));
+        assert_eq!(mma_launch(1000, 24_576, 4096, SMS, &tuning), gemm(1000));
+        assert_ne!(mma_launch(63, 4096, 4096, SMS, &tuning).variant, MMA_GEMM);
         // One n-tile never: the register kernels read the weights at the bandwidth there.
         let always = KernelTuning {
             gemm_from: Some(1),
-            ..KernelTuning::default()
+            ..tuning
         };
-        assert_ne!(mma_launch(8, 4096, SMS, &always).variant, MMA_GEMM);
-        assert_eq!(mma_launch(9, 4096, SMS, &always), gemm(9));
+        assert_ne!(mma_launch(8, 4096, 4096, SMS, &always).variant, MMA_GEMM);
+        assert_eq!(mma_launch(9, 4096, 4096, SMS, &always), gemm(9));
         assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
         assert_eq!(MMA_VARIANTS[MMA_GEMM_NARROW], "gemm64");
         assert_eq!(
@@ -2821,27 +2939,54 @@ mod tests {
     }
 
     #[test]
-    fn the_narrow_gemm_runs_where_it_takes_fewer_waves() {
-        let tuning = KernelTuning {
-            gemm_narrow: true,
-            ..KernelTuning::default()
+    fn the_gemm_shape_is_the_cheapest_measured_one() {
+        let d = KernelTuning::default();
+        // (tile tokens, splits) the default picks for qwen3-8b's projections.
+        let shape = |t, r, k| {
+            let l = mma_launch(t, r, k, SMS, &d);
+            let tile = if l.variant == MMA_GEMM_NARROW {
+                MMA_GEMM_NARROW_TOKENS
+            } else {
+                assert_eq!(l.variant, MMA_GEMM);
+                MMA_GEMM_TOKENS
+            };
+            assert_eq!(l.token_tiles as usize, t.div_ceil(tile));
+            (tile, l.splits)
         };
-        let shape = |t, r| {
-            let l = mma_launch(t, r, SMS, &tuning);
-            (MMA_VARIANTS[l.variant], l.token_tiles)
+        let (qkv, o, gate_up, down) = ((6144, 4096), (4096, 4096), (24_576, 4096), (4096, 12_288));
+        // Measured on the H200 (gpu_kernels, 2026-11-26), µs: the choice, then the runner-up.
+        // 64 tokens: q|k|v 44 (64-token tiles in 8 blocks) vs 61 unsplit; o 34 vs 67; down 65
+        // vs 173.
+        assert_eq!(shape(64, qkv.0, qkv.1), (64, 4));
+        assert_eq!(shape(64, o.0, o.1), (64, 4));
+        assert_eq!(shape(64, down.0, down.1), (64, 4));
+        // 128 tokens: o 56 (128-token tiles in 4 blocks) vs 66; down 103 vs 122; gate|up 172
+        // (64-token tiles unsplit) vs 186.
+        assert_eq!(shape(128, o.0, o.1), (128, 4));
+        assert_eq!(shape(128, down.0, down.1), (128, 4));
+        assert_eq!(shape(128, gate_up.0, gate_up.1), (64, 1));
+        // 256 tokens: o 71 (64-token tiles unsplit) vs 109 (128 in 4 blocks).
+        assert_eq!(shape(256, o.0, o.1), (64, 1));
+        // 2,048 tokens: every SM busy with 128-token tiles: gate|up 2,274 vs 2,616 on 64.
+        assert_eq!(shape(2048, gate_up.0, gate_up.1), (128, 1));
+        assert_eq!(shape(2048, qkv.0, qkv.1), (128, 1));
+        // Without the narrow tile, only the 128-token one.
+        let wide = KernelTuning {
+            gemm_narrow: false,
+            ..d
         };
-        // qwen3-8b at 256 tokens (measured, gemm vs gemm64): o and down 113 / 69 µs and
-        // 268 / 167 µs (64 blocks of 128 tokens: half the SMs); q|k|v 91 / 110 µs and gate|up
-        // 270 / 324 µs (a tie in waves: the wide tile).
-        assert_eq!(shape(256, 4096), ("gemm64", 4));
-        assert_eq!(shape(256, 6144), ("gemm", 2));
-        assert_eq!(shape(256, 24_576), ("gemm", 2));
-        // 1,024 tokens: 256 blocks of 128 tokens for o already fill two waves (226 vs 264 µs).
-        assert_eq!(shape(1024, 4096), ("gemm", 8));
-        // Off by default (not yet measured as a whole step).
-        assert!(!KernelTuning::default().gemm_narrow);
-        let d = mma_launch(256, 4096, SMS, &KernelTuning::default());
-        assert_eq!(d.variant, MMA_GEMM);
+        assert_eq!(mma_launch(256, 4096, 4096, SMS, &wide).variant, MMA_GEMM);
+    }
+
+    #[test]
+    fn gemm_chains_split_only_within_the_workspace() {
+        let split = |t, s| gemm_splits(t, 4096, 4096, SMS, MMA_GEMM_TOKENS, s);
+        // o at 128 tokens: 32 tiles; at 2,048: 512, where 8 splits would pass the workspace.
+        assert_eq!(split(128, GemmSplit::Auto), 4);
+        assert_eq!(split(2048, GemmSplit::Auto), 1);
+        assert_eq!(split(128, GemmSplit::Fixed(8)), 8);
+        assert_eq!(split(2048, GemmSplit::Fixed(8)), 1);
+        assert_eq!(split(128, GemmSplit::Fixed(1)), 1);
     }
 
     #[test]
@@ -2871,12 +3016,12 @@ mod tests {
             ..KernelTuning::baseline()
         };
         // qwen3-8b o_proj / down_proj: 256 blocks of 16 rows, under 2 per SM.
-        assert_eq!(mma_launch(1, 4096, SMS, &tuning).variant, MMA_DEEP);
-        assert_eq!(mma_launch(8, 4096, SMS, &tuning).variant, MMA_DEEP);
+        assert_eq!(mma_launch(1, 4096, 4096, SMS, &tuning).variant, MMA_DEEP);
+        assert_eq!(mma_launch(8, 4096, 4096, SMS, &tuning).variant, MMA_DEEP);
         // q|k|v (384 blocks) and gate|up keep n1; past one n-tile nothing changes.
-        assert_eq!(mma_launch(1, 6144, SMS, &tuning).variant, 0);
-        assert_eq!(mma_launch(1, 24_576, SMS, &tuning).variant, 0);
-        assert_eq!(mma_launch(9, 4096, SMS, &tuning).variant, 1);
+        assert_eq!(mma_launch(1, 6144, 4096, SMS, &tuning).variant, 0);
+        assert_eq!(mma_launch(1, 24_576, 4096, SMS, &tuning).variant, 0);
+        assert_eq!(mma_launch(9, 4096, 4096, SMS, &tuning).variant, 1);
     }
 
     #[test]
@@ -2885,24 +3030,25 @@ mod tests {
             prepared_from: 3,
             ..KernelTuning::baseline()
         };
-        assert!(!mma_launch(2, 4096, SMS, &tuning).prepared);
-        let l = mma_launch(3, 4096, SMS, &tuning);
+        assert!(!mma_launch(2, 4096, 4096, SMS, &tuning).prepared);
+        let l = mma_launch(3, 4096, 4096, SMS, &tuning);
         assert_eq!((l.variant, l.prepared), (MMA_HALF, true));
-        assert!(mma_launch(9, 4096, SMS, &KernelTuning::baseline()).prepared);
+        assert!(mma_launch(9, 4096, 4096, SMS, &KernelTuning::baseline()).prepared);
     }
 
     #[test]
     fn the_defaults_are_the_measured_variants() {
         let d = KernelTuning::default();
         // qwen3-8b at batch 1: o_proj deep, gate|up not; 3 tokens on prepared inputs.
-        assert_eq!(mma_launch(1, 4096, SMS, &d).variant, MMA_DEEP);
-        assert_eq!(mma_launch(1, 24_576, SMS, &d).variant, 0);
-        assert_eq!(mma_launch(3, 24_576, SMS, &d).variant, MMA_HALF);
-        assert!(mma_launch(64, 4096, SMS, &d).token_tiles > 1);
+        assert_eq!(mma_launch(1, 4096, 4096, SMS, &d).variant, MMA_DEEP);
+        assert_eq!(mma_launch(1, 24_576, 4096, SMS, &d).variant, 0);
+        assert_eq!(mma_launch(3, 24_576, 4096, SMS, &d).variant, MMA_HALF);
+        assert!(mma_launch(48, 4096, 4096, SMS, &d).token_tiles > 1);
         assert_eq!(d.serial_attention_from, Some(32));
         assert!(d.tiled_weights && !d.cluster_attention);
-        assert_eq!(mma_launch(128, 4096, SMS, &d).variant, MMA_GEMM);
-        assert_ne!(mma_launch(64, 4096, SMS, &d).variant, MMA_GEMM);
+        assert_eq!(mma_launch(1024, 24_576, 4096, SMS, &d).variant, MMA_GEMM);
+        assert_eq!(mma_launch(64, 4096, 4096, SMS, &d).variant, MMA_GEMM_NARROW);
+        assert!(mma_launch(63, 4096, 4096, SMS, &d).variant < MMA_GEMM);
         assert_eq!(d.l2_prefetch_bytes, 0);
     }
 
@@ -2917,25 +3063,29 @@ mod tests {
             rows,
             token_tiles,
             prepared: true,
+            splits: 1,
         };
         // qwen3-8b o_proj at 64 tokens: 128 blocks of 32 rows leave SMs idle; 32-token tiles over
         // 16-row blocks give 512.
         assert_eq!(
-            mma_launch(64, 4096, SMS, &tuning),
+            mma_launch(64, 4096, 4096, SMS, &tuning),
             launch(MMA_SPLIT + 1, 16, 2)
         );
         // gate|up at 64 tokens: 768 blocks of one 64-token tile already.
-        assert_eq!(mma_launch(64, 24_576, SMS, &tuning), launch(3, 32, 1));
+        assert_eq!(mma_launch(64, 24_576, 4096, SMS, &tuning), launch(3, 32, 1));
         // A long prompt: 64-token tiles, a block each.
         assert_eq!(
-            mma_launch(2048, 24_576, SMS, &tuning),
+            mma_launch(2048, 24_576, 4096, SMS, &tuning),
             launch(MMA_SPLIT + 2, 32, 32)
         );
         // Rows too few for any tile to fill the SMs: 16-token tiles.
-        assert_eq!(mma_launch(20, 64, SMS, &tuning), launch(MMA_SPLIT, 16, 2));
+        assert_eq!(
+            mma_launch(20, 64, 4096, SMS, &tuning),
+            launch(MMA_SPLIT, 16, 2)
+        );
         // One 16-token tile is the plain n2.
-        assert_eq!(mma_launch(12, 1024, SMS, &tuning), launch(1, 16, 1));
+        assert_eq!(mma_launch(12, 1024, 4096, SMS, &tuning), launch(1, 16, 1));
         // Up to 8 tokens, one n-tile as without the split.
-        assert_eq!(mma_launch(8, 64, SMS, &tuning).token_tiles, 1);
+        assert_eq!(mma_launch(8, 64, 4096, SMS, &tuning).token_tiles, 1);
     }
 }

@@ -465,6 +465,233 @@ __device__ __forceinline__ void attn_split_body(
                                  s.first, s.span, scale, part_o, part_ml);
 }
 
+// attn_split for many query tokens of one sequence (prompt chunks): block (token group, kv head
+// g, split z) takes up to `qt` consecutive tokens, and when they share a block table and a first
+// visible position (one sequence, no sliding window) each KV tile of split z is staged in shared
+// memory once (cp.async, double-buffered) for all of them instead of once per token. Its rows are
+// the (token, query head) pairs, up to ATTN_ROWS; every row goes through attn_partial's exact
+// operations: the same tiles in the same order (a row skips the tiles past its token's span,
+// which attn_partial never visits), the same per-position dot products and shuffle tree, the same
+// online softmax by one warp and the same per-warp value sums merged (w0 + w4) + ... + (w3 + w7).
+// So every partial has attn_split's bits, and attn_combine merges them as before. Tokens that do
+// not share a table or a first position run one after another, each alone.
+#define ATTN_ROWS 16
+#define ATTN_QT_MAX 16
+
+template <typename KV, int DIM>
+struct PrefillShared {
+    static constexpr int CH = DIM / 8;  // 16-byte chunks per key or value row
+    float qs[ATTN_ROWS][DIM];
+    float sc[ATTN_ROWS][ATTN_TILE];
+    float m_run[ATTN_ROWS], l_run[ATTN_ROWS], corr[ATTN_ROWS];
+    int span[ATTN_QT_MAX], first[ATTN_QT_MAX];
+    const int* table[ATTN_QT_MAX];
+    union {
+        // Two stages of a tile: keys then values, [position][chunk].
+        uint4 kv[2][2][ATTN_TILE][CH];
+        // The warps' value accumulators at the end (as AttnShared::red).
+        float red[4][ATTN_ROWS * DIM];
+    } u;
+};
+
+// Stage the keys and values of positions [base, base + n) of kv head g (rows of `table`) into
+// stage `st`; positions past n are left as they are (no row reads them).
+template <typename KV, int DIM>
+__device__ __forceinline__ void prefill_stage(PrefillShared<KV, DIM>& sh, int st, const KV* kv,
+                                              const int* table, const KvGeometry& geo, int g,
+                                              int base, int n) {
+    constexpr int CH = PrefillShared<KV, DIM>::CH;
+    for (int i = threadIdx.x; i < 2 * ATTN_TILE * CH; i += ATTN_THREADS) {
+        const int kind = i / (ATTN_TILE * CH), p = (i / CH) % ATTN_TILE, c = i % CH;
+        if (p >= n) continue;
+        const int j = base + p;
+        const KV* src = kv + kv_offset(geo, table[j / geo.page_tokens], kind, j) + g * DIM + c * 8;
+        cp_async16((u32)__cvta_generic_to_shared(&sh.u.kv[st][kind][p][c]), src, true);
+    }
+}
+
+template <typename KV, int DIM>
+__device__ __forceinline__ void attn_prefill_body(
+    StepMeta meta, const float* __restrict__ q, const KV* kv, const int* __restrict__ tables,
+    KvGeometry geo, int heads, int kv_heads, int window, float scale, int qt,
+    float* __restrict__ part_o, float* __restrict__ part_ml) {
+    static_assert(DIM == 64 || DIM == 128, "attn_prefill serves head dims 64 and 128");
+    typedef PrefillShared<KV, DIM> S;
+    constexpr int EPL = DIM / 32;              // value elements per lane
+    constexpr int KCH = DIM / 8 / ATTN_PER_POS;  // key chunks per thread in the score pass
+    __shared__ S sh;
+    pdl_enter();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
+    const int G = heads / kv_heads;
+    const int t0 = blockIdx.x * qt, nt = min(qt, meta.counts[0] - t0);
+    if (nt <= 0) return;
+    if (tid < nt) {
+        const TokenSpan s = token_span(meta, tables, geo, t0 + tid, window);
+        sh.span[tid] = s.span;
+        sh.first[tid] = s.first;
+        sh.table[tid] = s.table;
+    }
+    __syncthreads();
+    bool shared = true;
+    for (int j = 1; j < nt; ++j)
+        shared = shared && sh.table[j] == sh.table[0] && sh.first[j] == sh.first[0];
+    const int passes = shared ? 1 : nt;
+    const int p = tid / ATTN_PER_POS, qq = tid % ATTN_PER_POS;
+    const KV* ktype = kv;  // only its type matters to widen8
+
+    for (int pass = 0; pass < passes; ++pass) {
+        // Tokens j0 .. j0 + tn - 1 of the group; rows r = (j - j0) * G + a.
+        const int j0 = shared ? 0 : pass, tn = shared ? nt : 1, R = tn * G;
+        int span_max = 0;
+        for (int j = 0; j < tn; ++j) span_max = max(span_max, sh.span[j0 + j]);
+        const int* table = sh.table[j0];
+        const int first = sh.first[j0];
+        for (int i = tid; i < R * DIM; i += ATTN_THREADS) {
+            const int r = i / DIM, d = i % DIM, j = r / G, a = r % G;
+            sh.qs[r][d] = q[(size_t)(t0 + j0 + j) * heads * DIM + (g * G + a) * DIM + d];
+        }
+        if (tid < R) {
+            sh.m_run[tid] = -INFINITY;
+            sh.l_run[tid] = 0.f;
+        }
+        float acc[ATTN_ROWS][EPL];
+#pragma unroll
+        for (int r = 0; r < ATTN_ROWS; ++r)
+#pragma unroll
+            for (int e = 0; e < EPL; ++e) acc[r][e] = 0.f;
+        // Tile z + k Z is the k-th of this split; stage 0 takes the first.
+        if (z * ATTN_TILE < span_max)
+            prefill_stage<KV, DIM>(sh, 0, kv, table, geo, g, first + z * ATTN_TILE,
+                                   min(ATTN_TILE, span_max - z * ATTN_TILE));
+        cp_async_commit();
+        int k = 0;
+        for (int s = z; s * ATTN_TILE < span_max; s += Z, ++k) {
+            const int next = s + Z;
+            if (next * ATTN_TILE < span_max)
+                prefill_stage<KV, DIM>(sh, (k + 1) & 1, kv, table, geo, g,
+                                       first + next * ATTN_TILE,
+                                       min(ATTN_TILE, span_max - next * ATTN_TILE));
+            cp_async_commit();
+            cp_async_wait<1>();
+            __syncthreads();
+            const int st = k & 1;
+            // Valid positions of this tile for row r's token (≤ 0: the token's span ends before).
+            auto rows_n = [&](int r) {
+                return min(ATTN_TILE, sh.span[j0 + r / G] - s * ATTN_TILE);
+            };
+            // Scores: position p, its chunks qq, qq + 8, ...; every row of the group.
+            float dot[ATTN_ROWS];
+#pragma unroll
+            for (int r = 0; r < ATTN_ROWS; ++r) dot[r] = 0.f;
+#pragma unroll
+            for (int u = 0; u < KCH; ++u) {
+                const int c = qq + u * ATTN_PER_POS;
+                float k8[8];
+                widen8(sh.u.kv[st][0][p][c], ktype, k8);
+#pragma unroll
+                for (int r = 0; r < ATTN_ROWS; ++r) {
+                    if (r >= R) break;
+                    if (p < rows_n(r)) {
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) dot[r] = fmaf(sh.qs[r][c * 8 + e], k8[e], dot[r]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < ATTN_ROWS; ++r) {
+                dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 1);
+                dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 2);
+                dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 4);
+            }
+            if (qq == 0) {
+#pragma unroll
+                for (int r = 0; r < ATTN_ROWS; ++r)
+                    if (r < R && p < rows_n(r)) sh.sc[r][p] = dot[r] * scale;
+            }
+            __syncthreads();
+            // Online softmax per row: one warp per row, one lane per position.
+            for (int r = warp; r < R; r += ATTN_WARPS) {
+                const int n = rows_n(r);
+                if (n <= 0) continue;
+                const float x = lane < n ? sh.sc[r][lane] : -INFINITY;
+                const float mx = warp_max(x);
+                const float m_new = fmaxf(sh.m_run[r], mx);
+                const float pr = lane < n ? expf(x - m_new) : 0.f;
+                if (lane < n) sh.sc[r][lane] = pr;
+                const float sum = warp_sum(pr);
+                if (lane == 0) {
+                    const float c = sh.m_run[r] == -INFINITY ? 0.f : expf(sh.m_run[r] - m_new);
+                    sh.corr[r] = c;
+                    sh.l_run[r] = sh.l_run[r] * c + sum;
+                    sh.m_run[r] = m_new;
+                }
+            }
+            __syncthreads();
+            // Values: warp w takes positions w, w + 8, ... of the tile, lane its EPL elements.
+            float v[ATTN_VLOADS][EPL];
+#pragma unroll
+            for (int uu = 0; uu < ATTN_VLOADS; ++uu) {
+                const int i = warp + uu * ATTN_WARPS;
+                load_lane<EPL>(reinterpret_cast<const KV*>(&sh.u.kv[st][1][i][0]) + lane * EPL,
+                               v[uu]);
+            }
+#pragma unroll
+            for (int r = 0; r < ATTN_ROWS; ++r) {
+                if (r >= R) break;
+                const int n = rows_n(r);
+                if (n <= 0) continue;
+                const float c = sh.corr[r];
+#pragma unroll
+                for (int e = 0; e < EPL; ++e) acc[r][e] *= c;
+#pragma unroll
+                for (int uu = 0; uu < ATTN_VLOADS; ++uu) {
+                    const int i = warp + uu * ATTN_WARPS;
+                    if (i >= n) break;
+                    const float pr = sh.sc[r][i];
+#pragma unroll
+                    for (int e = 0; e < EPL; ++e) acc[r][e] = fmaf(pr, v[uu][e], acc[r][e]);
+                }
+            }
+            // Every read of this stage and of sc is done before either is written again.
+            __syncthreads();
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+
+        // Merge the warps' accumulators as attn_partial does, then write the partials.
+        for (int half = 0; half < 2; ++half) {
+            if ((warp >> 2) == half) {
+                float* red = sh.u.red[warp & 3];
+#pragma unroll
+                for (int r = 0; r < ATTN_ROWS; ++r) {
+                    if (r >= R) break;
+#pragma unroll
+                    for (int e = 0; e < EPL; ++e) {
+                        const int i = r * DIM + lane * EPL + e;
+                        red[i] = half == 0 ? acc[r][e] : red[i] + acc[r][e];
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        for (int i = tid; i < R * DIM; i += ATTN_THREADS) {
+            const float o = ((sh.u.red[0][i] + sh.u.red[1][i]) + sh.u.red[2][i]) + sh.u.red[3][i];
+            const int r = i / DIM, d = i % DIM, j = r / G, a = r % G;
+            const size_t pi = ((size_t)(t0 + j0 + j) * heads + g * G + a) * Z + z;
+            part_o[pi * DIM + d] = o;
+        }
+        if (tid < R) {
+            const int j = tid / G, a = tid % G;
+            const size_t pi = ((size_t)(t0 + j0 + j) * heads + g * G + a) * Z + z;
+            part_ml[pi * 2] = sh.m_run[tid];
+            part_ml[pi * 2 + 1] = sh.l_run[tid];
+        }
+        // The next pass rewrites qs, m_run, l_run and the stages.
+        __syncthreads();
+    }
+}
+
 // The new position's key (QK-norm, rotated) and value of kv head g, computed from the q|k|v row
 // into `fresh` (as the pool stores them) and then written to the pool, by the warps past the
 // query heads (or warps 0 and 1 when the group fills all eight). The caller's next barrier orders
@@ -716,6 +943,21 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
                                          window, scale, q_norm, k_norm, eps, cos_t, sin_t,      \
                                          part_o, part_ml, out, pf);                             \
     }
+
+// attn_prefill for the head dimensions it serves (the host falls back to attn_split elsewhere).
+// Two blocks per SM: the rows' accumulators stay in registers.
+#define ATTN_PREFILL_ENTRY(DT, KV, DIM)                                                         \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 2) attn_prefill_##DT##_d##DIM(   \
+        StepMeta meta, const float* q, const KV* kv, const int* tables, KvGeometry geo,         \
+        int heads, int kv_heads, int window, float scale, int qt, float* part_o,                \
+        float* part_ml) {                                                                       \
+        attn_prefill_body<KV, DIM>(meta, q, kv, tables, geo, heads, kv_heads, window, scale,    \
+                                   qt, part_o, part_ml);                                        \
+    }
+ATTN_PREFILL_ENTRY(bf16, __nv_bfloat16, 64)
+ATTN_PREFILL_ENTRY(bf16, __nv_bfloat16, 128)
+ATTN_PREFILL_ENTRY(f16, __half, 64)
+ATTN_PREFILL_ENTRY(f16, __half, 128)
 
 // Head dimensions compiled as constants (every loop unrolled, registers sized exactly), and a
 // general version for the others.

@@ -165,3 +165,15 @@ struct StepMeta {
     const int* lrow_sample;  // [logit rows] 1 when the row is sampled
     const int* token_slot;   // [tokens] seq_slot[token_seq[t]], one load instead of two
 };
+
+// Asynchronous 16-byte copies global → shared (sm_80+); `valid` false zero-fills.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}

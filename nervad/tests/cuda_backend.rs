@@ -550,6 +550,13 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "row-major weights + prompt attention over shared KV tiles",
+                KernelTuning {
+                    prefill_attention: true,
+                    ..KernelTuning::baseline()
+                },
+            ),
+            (
                 "row-major weights + prepared inputs + token-split projections + cluster attention",
                 KernelTuning {
                     prepared_from: 3,

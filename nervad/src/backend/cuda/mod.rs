@@ -42,6 +42,8 @@ use step_ledger::{CounterMark, DeviceClock};
 const ATTN_SPLITS: u32 = 16;
 /// Threads per attention block (`ATTN_THREADS` in kernels/attention.cu).
 const ATTN_THREADS: u32 = 256;
+/// (token, query head) rows of one attn_prefill block (attention.cu's ATTN_ROWS).
+const ATTN_PREFILL_ROWS: usize = 16;
 /// Must match `kernels/attention.cu`.
 const ATTN_MAX_GROUP: usize = 8;
 const ATTN_MAX_DIM: usize = 256;
@@ -162,6 +164,10 @@ pub struct KernelTuning {
     /// How many blocks share a GEMM tile's chains (mma.cuh, chain splits): `GemmSplit::Auto`
     /// picks 1, 4 or 8 per launch by block waves (`gemm_splits`).
     pub gemm_split: GemmSplit,
+    /// Steps with prompt tokens run attention as `attn_prefill` (a block's tokens of one
+    /// sequence share each KV tile) instead of one block per token (`attn_split`); head dims 64
+    /// and 128.
+    pub prefill_attention: bool,
 }
 
 /// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
@@ -195,6 +201,7 @@ impl Default for KernelTuning {
             gemm_from: Some(64),
             gemm_narrow: true,
             gemm_split: GemmSplit::Auto,
+            prefill_attention: true,
         }
     }
 }
@@ -215,14 +222,15 @@ impl KernelTuning {
             gemm_from: None,
             gemm_narrow: false,
             gemm_split: GemmSplit::Fixed(1),
+            prefill_attention: false,
         }
     }
 
     /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>`,
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
-    /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1` and `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
-    /// 0 auto>` applied (`0` turns a variant off;
+    /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
+    /// 0 auto>` and `NERVA_ATTN_PREFILL=1` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -262,6 +270,7 @@ impl KernelTuning {
                 }
                 None => d.gemm_split,
             },
+            prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
         }
     }
 }
@@ -374,6 +383,9 @@ struct Kernels {
     attn_decode_serial: Kernel,
     /// attn_decode's arithmetic with the split blocks in one cluster (`KernelTuning`, sm_90+).
     attn_decode_cluster: Kernel,
+    /// attn_split for prompt chunks, KV tiles shared by a block's tokens (head dims 64 and
+    /// 128 only).
+    attn_prefill: Option<Kernel>,
     prepare: Kernel,
     sample: Kernel,
     read_bandwidth: Kernel,
@@ -1523,13 +1535,17 @@ impl CudaBackend {
                         64 | 128 | 256 => format!("_d{}", c.head_dim),
                         _ => String::new(),
                     };
-                    vec![
+                    let mut names = vec![
                         format!("attn_split_{dt}{d}"),
                         format!("attn_combine_{dt}{d}"),
                         format!("attn_decode_{dt}{d}"),
                         format!("attn_decode_serial_{dt}{d}"),
                         format!("attn_decode_cluster_{dt}{d}"),
-                    ]
+                    ];
+                    if matches!(c.head_dim, 64 | 128) {
+                        names.push(format!("attn_prefill_{dt}_d{}", c.head_dim));
+                    }
+                    names
                 }
                 "sampling.cu" => vec!["logits_prepare".into(), "sample_rows".into()],
                 "bench.cu" => vec!["read_bandwidth".into()],
@@ -1562,6 +1578,7 @@ impl CudaBackend {
             attn_decode: module_kernels[3][2],
             attn_decode_serial: module_kernels[3][3],
             attn_decode_cluster: module_kernels[3][4],
+            attn_prefill: module_kernels[3].get(5).copied(),
             prepare: module_kernels[4][0],
             sample: module_kernels[4][1],
             read_bandwidth: module_kernels[5][0],
@@ -2268,6 +2285,82 @@ impl CudaBackend {
                     .arg(&b.sin.ptr),
             )
         }?;
+        // A block's tokens share each KV tile: as many as ATTN_PREFILL_ROWS (token, head) rows
+        // allow.
+        let group = (heads / kv_heads) as usize;
+        let tokens_per_block = ATTN_PREFILL_ROWS / group.max(1);
+        if let Some(kernel) = self.k.attn_prefill
+            && self.tuning.prefill_attention
+            && tokens_per_block >= 2
+        {
+            let qt = tokens_per_block as i32;
+            // SAFETY: attn_prefill_*(StepMeta, const float* q, const KV* kv, const int* tables,
+            // KvGeometry, int heads, int kv_heads, int window, float scale, int qt,
+            // float* part_o, float* part_ml): as attn_split below, over blocks of qt tokens
+            // (qt × heads / kv_heads ≤ ATTN_PREFILL_ROWS rows, the kernel's shared arrays).
+            unsafe {
+                self.gpu.launch(
+                    kernel,
+                    (
+                        t.div_ceil(tokens_per_block) as u32,
+                        kv_heads as u32,
+                        ATTN_SPLITS,
+                    ),
+                    ATTN_THREADS,
+                    Args::new()
+                        .arg(&meta)
+                        .arg(&b.q.ptr)
+                        .arg(&b.kv.ptr)
+                        .arg(&b.tables.ptr)
+                        .arg(&geo)
+                        .arg(&heads)
+                        .arg(&kv_heads)
+                        .arg(&window)
+                        .arg(&scale)
+                        .arg(&qt)
+                        .arg(&b.part_o.ptr)
+                        .arg(&b.part_ml.ptr),
+                )
+            }?;
+        } else {
+            self.attention_split(t, geo, hd, window, scale)?;
+        }
+        // SAFETY: attn_combine_*(StepMeta, const float* part_o, const float* part_ml,
+        // int heads, int kv_heads, int head_dim, float* out): same partial layout; out holds
+        // max_step_tokens × q_dim floats.
+        unsafe {
+            self.gpu.launch(
+                self.k.attn_combine,
+                (t as u32, kv_heads as u32, 1),
+                ATTN_THREADS,
+                Args::new()
+                    .arg(&meta)
+                    .arg(&b.part_o.ptr)
+                    .arg(&b.part_ml.ptr)
+                    .arg(&heads)
+                    .arg(&kv_heads)
+                    .arg(&hd)
+                    .arg(&b.attn.ptr),
+            )
+        }?;
+        Ok(())
+    }
+
+    /// attn_split over the step's `t` tokens: one block per (token, kv head, split).
+    fn attention_split(
+        &mut self,
+        t: usize,
+        geo: KvGeometryArg,
+        hd: i32,
+        window: i32,
+        scale: f32,
+    ) -> Result<(), BackendError> {
+        let (heads, kv_heads) = (
+            self.config.num_attention_heads as i32,
+            self.config.num_key_value_heads as i32,
+        );
+        let meta = self.meta_arg();
+        let b = self.bufs;
         // SAFETY: attn_split_*(StepMeta, const float* q, const KV* kv, const int* tables,
         // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
         // float* part_o, float* part_ml): partial buffers hold max_step_tokens × heads ×
@@ -2290,24 +2383,6 @@ impl CudaBackend {
                     .arg(&scale)
                     .arg(&b.part_o.ptr)
                     .arg(&b.part_ml.ptr),
-            )
-        }?;
-        // SAFETY: attn_combine_*(StepMeta, const float* part_o, const float* part_ml,
-        // int heads, int kv_heads, int head_dim, float* out): same partial layout; out holds
-        // max_step_tokens × q_dim floats.
-        unsafe {
-            self.gpu.launch(
-                self.k.attn_combine,
-                (t as u32, kv_heads as u32, 1),
-                ATTN_THREADS,
-                Args::new()
-                    .arg(&meta)
-                    .arg(&b.part_o.ptr)
-                    .arg(&b.part_ml.ptr)
-                    .arg(&heads)
-                    .arg(&kv_heads)
-                    .arg(&hd)
-                    .arg(&b.attn.ptr),
             )
         }?;
         Ok(())

@@ -670,8 +670,8 @@ pub struct MmaLaunch {
     pub splits: u32,
 }
 
-/// Most blocks a chain-split GEMM launch may have: its workspace holds one 128 × 128 f32 tile per
-/// block (`GemmWorkspace`), 64 KiB each.
+/// Most blocks a chain-split GEMM launch may have, per SM: the workspace (`Bufs::gemm_ws`) holds
+/// one 128 × 128 f32 partial tile per block, 64 KiB each.
 pub const GEMM_SPLIT_MAX_BLOCKS_PER_SM: usize = 8;
 
 /// A block's time on one GEMM tile width: `per_k` µs per element of K it reduces (its share of
@@ -1164,12 +1164,9 @@ impl CudaBackend {
         let max_pages = options.max_context.div_ceil(options.page_tokens);
         let z = ATTN_SPLITS as usize;
         // Chain-split GEMM launches stay within this many blocks (`gemm_splits`), one partial
-        // tile of 128 rows × 128 tokens each; none without the tensor-core GEMM.
-        let gemm_split_blocks = if mma_only {
-            GEMM_SPLIT_MAX_BLOCKS_PER_SM * facts.sms as usize
-        } else {
-            0
-        };
+        // tile of 128 rows × 128 tokens each. Every projection mode may launch the GEMM (mixed
+        // runs the tensor cores past 2 tokens), so the workspace is always there.
+        let gemm_split_blocks = GEMM_SPLIT_MAX_BLOCKS_PER_SM * facts.sms as usize;
         let tied = std::ptr::eq(
             weights.lm_head.bytes().as_ptr(),
             weights.embed_tokens.bytes().as_ptr(),

@@ -458,6 +458,8 @@ __device__ __forceinline__ void attn_split_body(
     if (t >= meta.counts[0]) return;
     const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
     const TokenSpan s = token_span(meta, tables, geo, t, window);
+    // No tile in this split: attn_combine reads only the splits that hold one.
+    if (z * ATTN_TILE >= s.span) return;
     for (int i = threadIdx.x; i < G * D; i += ATTN_THREADS)
         sh.qs[i / D][i % D] = q[(size_t)t * heads * D + (g * G + i / D) * D + i % D];
     AttnTile<KV, DIM> tile;
@@ -545,6 +547,9 @@ __device__ __forceinline__ void attn_prefill_body(
         const int j0 = shared ? 0 : pass, tn = shared ? nt : 1, R = tn * G;
         int span_max = 0;
         for (int j = 0; j < tn; ++j) span_max = max(span_max, sh.span[j0 + j]);
+        // No tile of this split for any of the pass's tokens: attn_combine reads only the
+        // splits that hold one.
+        if (z * ATTN_TILE >= span_max) continue;
         const int* table = sh.table[j0];
         const int first = sh.first[j0];
         for (int i = tid; i < R * DIM; i += ATTN_THREADS) {
@@ -888,19 +893,24 @@ __device__ __forceinline__ void attn_decode_cluster_body(
 #endif
 }
 
-// The split path's merge: one block per (token, kv head), the same arithmetic as attn_decode's.
+// The split path's merge: one block per (token, kv head), the same arithmetic as attn_decode's,
+// over the splits that hold a tile of the token's span (attn_split and attn_prefill write no
+// others).
 template <typename KV, int DIM>
 __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __restrict__ part_o,
                                                   const float* __restrict__ part_ml, int heads,
-                                                  int kv_heads, int head_dim,
+                                                  int kv_heads, int head_dim, int window,
                                                   float* __restrict__ out) {
     __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
     pdl_enter();
     const int t = blockIdx.x, g = blockIdx.y;
     if (t >= meta.counts[0]) return;
     const int G = heads / kv_heads, D = DIM ? DIM : head_dim;
+    const int pos = meta.position[t];
+    const int span = window > 0 ? min(pos + 1, window) : pos + 1;
+    const int nz = min(ATTN_SPLITS, (span + ATTN_TILE - 1) / ATTN_TILE);
     combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D,
-                  out + (size_t)t * heads * D + g * G * D);
+                  out + (size_t)t * heads * D + g * G * D, nz);
 }
 
 #define ATTN_ENTRY(DT, KV, DIM, SUFFIX)                                                         \
@@ -913,8 +923,9 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_combine_##DT##SUFFIX(       \
         StepMeta meta, const float* part_o, const float* part_ml, int heads, int kv_heads,      \
-        int head_dim, float* out) {                                                             \
-        attn_combine_body<KV, DIM>(meta, part_o, part_ml, heads, kv_heads, head_dim, out);      \
+        int head_dim, int window, float* out) {                                                 \
+        attn_combine_body<KV, DIM>(meta, part_o, part_ml, heads, kv_heads, head_dim, window,    \
+                                   out);                                                        \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_##DT##SUFFIX(        \
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \

@@ -301,8 +301,11 @@ fn main() {
         let mut steps = 0;
         for run in 0..4 {
             tag += 1;
+            // Distinct per length and run: a prompt sharing a whole page with an earlier one
+            // would reuse its KV pages from the prefix cache and time only the rest.
+            let salt = (p as u32).wrapping_mul(40_503).wrapping_add(run * 31);
             let prompt: Vec<u32> = (0..p as u32)
-                .map(|i| (i.wrapping_mul(2_246_822_519).wrapping_add(run * 31) >> 9) % vocab)
+                .map(|i| (i.wrapping_mul(2_246_822_519).wrapping_add(salt) >> 9) % vocab)
                 .collect();
             let mut sink = Tally::default();
             let t0 = Instant::now();

@@ -518,6 +518,7 @@ fn kernel_variants_give_identical_bits() {
                  waves, chains in 4 blocks per tile",
                 KernelTuning {
                     gemm_from: Some(9),
+                    gemm_min_k: 0,
                     gemm_narrow: true,
                     gemm_split: GemmSplit::Fixed(4),
                     ..KernelTuning::default()
@@ -536,6 +537,7 @@ fn kernel_variants_give_identical_bits() {
                  where that saves waves",
                 KernelTuning {
                     gemm_from: Some(9),
+                    gemm_min_k: 0,
                     gemm_narrow: false,
                     gemm_split: GemmSplit::Auto,
                     ..KernelTuning::default()

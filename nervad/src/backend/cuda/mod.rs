@@ -164,6 +164,10 @@ pub struct KernelTuning {
     /// How many blocks share a GEMM tile's chains (mma.cuh, chain splits): `GemmSplit::Auto`
     /// picks 1, 4 or 8 per launch by block waves (`gemm_splits`).
     pub gemm_split: GemmSplit,
+    /// Launches of fewer than `MMA_GEMM_TOKENS` tokens take the GEMM (from `gemm_from`) only
+    /// for matrices of at least this many columns: with a shorter K a block's fixed cost
+    /// outweighs its share of the chains and the register kernels win; 0 always.
+    pub gemm_min_k: usize,
     /// Steps with prompt tokens run attention as `attn_prefill` (a block's tokens of one
     /// sequence share each KV tile) instead of one block per token (`attn_split`); head dims 64
     /// and 128.
@@ -184,9 +188,11 @@ impl Default for KernelTuning {
     /// Measured on the H100 (qwen3-0.6b and qwen3-8b, batch 1 to 64, BENCHMARKS.md): the deep
     /// one-n-tile kernel where a projection gives at most 2 blocks per SM, serial attention
     /// from 32 decode tokens, prepared inputs from 3 tokens, token splitting, tiled weights and
-    /// the fixed-order GEMM from 64 tokens with its chains split over blocks where the tiles are
-    /// few and 64-token tiles where cheaper (H200, 2026-11-26: batch 64 18.4 → 16.1 ms per
-    /// step, a 1,024-token prompt in 256-token chunks 241 → 222 ms, batch 1 unchanged). Cluster attention lost at every batch size past 1;
+    /// the fixed-order GEMM from 64 tokens (from 128 where K < 4096) with its chains split over
+    /// blocks where the tiles are few and 64-token tiles where cheaper, prompt attention over
+    /// shared KV tiles (H200, 2026-11-26: qwen3-8b batch 64 18.4 → 16.0 ms per step and a
+    /// 2,048-token prompt 567 → 426 ms; qwen3-0.6b batch 64 lost 10% with the GEMM from 64
+    /// tokens, hence the K bound). Cluster attention lost at every batch size past 1;
     /// the L2 prefetch during attention gained 2% at batch 8 and lost up to 6% at batch 1.
     fn default() -> Self {
         KernelTuning {
@@ -201,6 +207,7 @@ impl Default for KernelTuning {
             gemm_from: Some(64),
             gemm_narrow: true,
             gemm_split: GemmSplit::Auto,
+            gemm_min_k: 4096,
             prefill_attention: true,
         }
     }
@@ -222,6 +229,7 @@ impl KernelTuning {
             gemm_from: None,
             gemm_narrow: false,
             gemm_split: GemmSplit::Fixed(1),
+            gemm_min_k: 0,
             prefill_attention: false,
         }
     }
@@ -230,7 +238,7 @@ impl KernelTuning {
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
-    /// 0 auto>` and `NERVA_ATTN_PREFILL=1` applied (`0` turns a variant off;
+    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>` and `NERVA_ATTN_PREFILL=1` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -270,6 +278,7 @@ impl KernelTuning {
                 }
                 None => d.gemm_split,
             },
+            gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
         }
     }
@@ -724,7 +733,8 @@ pub fn gemm_splits(t: usize, r: usize, k: usize, sms: usize, tile: usize, split:
 /// `token_split`, past 8 tokens the widest token tile (64, 32 or 16 tokens, more than half of
 /// them used) whose blocks give every SM at least two, split over as many blocks per row tile
 /// as the tokens need (else the 16-token tile). From `gemm_from` tokens (past 8) the GEMM
-/// takes every launch: blocks of 128 rows and 128 tokens, or 64 with `gemm_narrow`, each tile's
+/// takes every launch (below 128 tokens only where `k` reaches `gemm_min_k`): blocks of 128 rows
+/// and 128 tokens, or 64 with `gemm_narrow`, each tile's
 /// chains in 1, 4 or 8 blocks (`gemm_splits`), whichever `gemm_cost` ranks cheapest for the
 /// `r` × `k` matrix.
 pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
@@ -737,7 +747,8 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
         prepared,
         splits: 1,
     };
-    if t > 8 && tuning.gemm_from.is_some_and(|n| t >= n) {
+    let short_k = t < MMA_GEMM_TOKENS && k < tuning.gemm_min_k;
+    if t > 8 && !short_k && tuning.gemm_from.is_some_and(|n| t >= n) {
         // Each tile width with its best split; the narrow one only where strictly cheaper.
         let shape = |variant, tile| {
             let splits = gemm_splits(t, r, k, sms, tile, tuning.gemm_split);
@@ -2323,8 +2334,9 @@ impl CudaBackend {
             self.attention_split(t, geo, hd, window, scale)?;
         }
         // SAFETY: attn_combine_*(StepMeta, const float* part_o, const float* part_ml,
-        // int heads, int kv_heads, int head_dim, float* out): same partial layout; out holds
-        // max_step_tokens × q_dim floats.
+        // int heads, int kv_heads, int head_dim, int window, float* out): same partial layout
+        // (it reads the splits with a tile of the token's span, the ones written above); out
+        // holds max_step_tokens × q_dim floats.
         unsafe {
             self.gpu.launch(
                 self.k.attn_combine,
@@ -2337,6 +2349,7 @@ impl CudaBackend {
                     .arg(&heads)
                     .arg(&kv_heads)
                     .arg(&hd)
+                    .arg(&window)
                     .arg(&b.attn.ptr),
             )
         }?;
@@ -3121,6 +3134,10 @@ mod tests {
         assert_eq!(mma_launch(1024, 24_576, 4096, SMS, &d).variant, MMA_GEMM);
         assert_eq!(mma_launch(64, 4096, 4096, SMS, &d).variant, MMA_GEMM_NARROW);
         assert!(mma_launch(63, 4096, 4096, SMS, &d).variant < MMA_GEMM);
+        // A short K (qwen3-0.6b: 1,024 to 3,072 columns) keeps the register kernels below 128
+        // tokens (batch 64 on the H200: 10,598 tok/s against 9,604 with the GEMM).
+        assert!(mma_launch(64, 4096, 3072, SMS, &d).variant < MMA_GEMM);
+        assert!(mma_launch(128, 4096, 1024, SMS, &d).variant >= MMA_GEMM);
         assert_eq!(d.l2_prefetch_bytes, 0);
     }
 

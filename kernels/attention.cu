@@ -512,12 +512,16 @@ __device__ __forceinline__ void prefill_stage(PrefillShared<KV, DIM>& sh, int st
     }
 }
 
-template <typename KV, int DIM>
+// GQ: query heads per kv head, compiled in (row r is token r / GQ, head r % GQ); a block takes
+// ATTN_ROWS / GQ tokens.
+template <typename KV, int DIM, int GQ>
 __device__ __forceinline__ void attn_prefill_body(
     StepMeta meta, const float* __restrict__ q, const KV* kv, const int* __restrict__ tables,
-    KvGeometry geo, int heads, int kv_heads, int window, float scale, int qt,
-    float* __restrict__ part_o, float* __restrict__ part_ml) {
+    KvGeometry geo, int heads, int window, float scale, float* __restrict__ part_o,
+    float* __restrict__ part_ml) {
     static_assert(DIM == 64 || DIM == 128, "attn_prefill serves head dims 64 and 128");
+    static_assert(GQ >= 1 && ATTN_ROWS % GQ == 0, "whole tokens per block");
+    constexpr int G = GQ, qt = ATTN_ROWS / GQ;
     typedef PrefillShared<KV, DIM> S;
     constexpr int EPL = DIM / 32;              // value elements per lane
     constexpr int KCH = DIM / 8 / ATTN_PER_POS;  // key chunks per thread in the score pass
@@ -525,7 +529,6 @@ __device__ __forceinline__ void attn_prefill_body(
     pdl_enter();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
-    const int G = heads / kv_heads;
     const int t0 = blockIdx.x * qt, nt = min(qt, meta.counts[0] - t0);
     if (nt <= 0) return;
     if (tid < nt) {
@@ -955,20 +958,26 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
                                          part_o, part_ml, out, pf);                             \
     }
 
-// attn_prefill for the head dimensions it serves (the host falls back to attn_split elsewhere).
-// Two blocks per SM: the rows' accumulators stay in registers.
-#define ATTN_PREFILL_ENTRY(DT, KV, DIM)                                                         \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 2) attn_prefill_##DT##_d##DIM(   \
-        StepMeta meta, const float* q, const KV* kv, const int* tables, KvGeometry geo,         \
-        int heads, int kv_heads, int window, float scale, int qt, float* part_o,                \
-        float* part_ml) {                                                                       \
-        attn_prefill_body<KV, DIM>(meta, q, kv, tables, geo, heads, kv_heads, window, scale,    \
-                                   qt, part_o, part_ml);                                        \
+// attn_prefill for the head dimensions and group sizes it serves (the host falls back to
+// attn_split elsewhere). Two blocks per SM: the rows' accumulators stay in registers.
+#define ATTN_PREFILL_ENTRY(DT, KV, DIM, GQ)                                                     \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 2)                               \
+        attn_prefill_##DT##_d##DIM##_g##GQ(StepMeta meta, const float* q, const KV* kv,         \
+                                          const int* tables, KvGeometry geo, int heads,         \
+                                          int window, float scale, float* part_o,               \
+                                          float* part_ml) {                                     \
+        attn_prefill_body<KV, DIM, GQ>(meta, q, kv, tables, geo, heads, window, scale, part_o,  \
+                                       part_ml);                                                \
     }
-ATTN_PREFILL_ENTRY(bf16, __nv_bfloat16, 64)
-ATTN_PREFILL_ENTRY(bf16, __nv_bfloat16, 128)
-ATTN_PREFILL_ENTRY(f16, __half, 64)
-ATTN_PREFILL_ENTRY(f16, __half, 128)
+#define ATTN_PREFILL_GROUPS(DT, KV, DIM) \
+    ATTN_PREFILL_ENTRY(DT, KV, DIM, 1)   \
+    ATTN_PREFILL_ENTRY(DT, KV, DIM, 2)   \
+    ATTN_PREFILL_ENTRY(DT, KV, DIM, 4)   \
+    ATTN_PREFILL_ENTRY(DT, KV, DIM, 8)
+ATTN_PREFILL_GROUPS(bf16, __nv_bfloat16, 64)
+ATTN_PREFILL_GROUPS(bf16, __nv_bfloat16, 128)
+ATTN_PREFILL_GROUPS(f16, __half, 64)
+ATTN_PREFILL_GROUPS(f16, __half, 128)
 
 // Head dimensions compiled as constants (every loop unrolled, registers sized exactly), and a
 // general version for the others.

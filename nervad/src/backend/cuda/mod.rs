@@ -393,7 +393,7 @@ struct Kernels {
     /// attn_decode's arithmetic with the split blocks in one cluster (`KernelTuning`, sm_90+).
     attn_decode_cluster: Kernel,
     /// attn_split for prompt chunks, KV tiles shared by a block's tokens (head dims 64 and
-    /// 128 only).
+    /// 128, 1, 2, 4 or 8 query heads per kv head).
     attn_prefill: Option<Kernel>,
     prepare: Kernel,
     sample: Kernel,
@@ -1550,8 +1550,9 @@ impl CudaBackend {
                         format!("attn_decode_serial_{dt}{d}"),
                         format!("attn_decode_cluster_{dt}{d}"),
                     ];
-                    if matches!(c.head_dim, 64 | 128) {
-                        names.push(format!("attn_prefill_{dt}_d{}", c.head_dim));
+                    let group = c.num_attention_heads / c.num_key_value_heads.max(1);
+                    if matches!(c.head_dim, 64 | 128) && matches!(group, 1 | 2 | 4 | 8) {
+                        names.push(format!("attn_prefill_{dt}_d{}_g{group}", c.head_dim));
                     }
                     names
                 }
@@ -2294,18 +2295,16 @@ impl CudaBackend {
             )
         }?;
         // A block's tokens share each KV tile: as many as ATTN_PREFILL_ROWS (token, head) rows
-        // allow.
+        // allow (the kernel is compiled for this group size).
         let group = (heads / kv_heads) as usize;
         let tokens_per_block = ATTN_PREFILL_ROWS / group.max(1);
         if let Some(kernel) = self.k.attn_prefill
             && self.tuning.prefill_attention
-            && tokens_per_block >= 2
         {
-            let qt = tokens_per_block as i32;
-            // SAFETY: attn_prefill_*(StepMeta, const float* q, const KV* kv, const int* tables,
-            // KvGeometry, int heads, int kv_heads, int window, float scale, int qt,
-            // float* part_o, float* part_ml): as attn_split below, over blocks of qt tokens
-            // (qt × heads / kv_heads ≤ ATTN_PREFILL_ROWS rows, the kernel's shared arrays).
+            // SAFETY: attn_prefill_*_g{group}(StepMeta, const float* q, const KV* kv,
+            // const int* tables, KvGeometry, int heads, int window, float scale, float* part_o,
+            // float* part_ml): as attn_split below, over blocks of ATTN_PREFILL_ROWS / group
+            // tokens (the kernel loaded for this model's group size).
             unsafe {
                 self.gpu.launch(
                     kernel,
@@ -2322,10 +2321,8 @@ impl CudaBackend {
                         .arg(&b.tables.ptr)
                         .arg(&geo)
                         .arg(&heads)
-                        .arg(&kv_heads)
                         .arg(&window)
                         .arg(&scale)
-                        .arg(&qt)
                         .arg(&b.part_o.ptr)
                         .arg(&b.part_ml.ptr),
                 )

@@ -139,6 +139,27 @@ struct AttnTile {
     }
 };
 
+// One head's online-softmax step over a tile, by one warp (lane i: position i): the tile's n
+// scores in `sc` become their weights e^(x - m), and the running max m, sum l and the factor
+// `corr` that rescales the head's accumulators are updated. Every attention kernel takes this
+// step, so their partials have the same bits.
+__device__ __forceinline__ void softmax_step(float* sc, int n, float& m_run, float& l_run,
+                                             float& corr) {
+    const int lane = threadIdx.x & 31;
+    const float x = lane < n ? sc[lane] : -INFINITY;
+    const float mx = warp_max(x);
+    const float m_new = fmaxf(m_run, mx);
+    const float pr = lane < n ? expf(x - m_new) : 0.f;
+    if (lane < n) sc[lane] = pr;
+    const float sum = warp_sum(pr);
+    if (lane == 0) {
+        const float c = m_run == -INFINITY ? 0.f : expf(m_run - m_new);
+        corr = c;
+        l_run = l_run * c + sum;
+        m_run = m_new;
+    }
+}
+
 // Partial attention of token t's query heads g*G .. g*G+G-1 (in sh.qs) over split z of the span
 // [first, first + span), written to part_o / part_ml. DIM is the head dimension when known at
 // compile time (64, 128, 256), else 0 and `head_dim` (≤ 32 and a multiple of 8, or a multiple
@@ -213,20 +234,8 @@ __device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM
         }
         __syncthreads();
         // Online softmax per head: one warp per head, one lane per position.
-        for (int a = warp; a < G; a += ATTN_WARPS) {
-            const float x = lane < n ? sh.sc[a][lane] : -INFINITY;
-            const float mx = warp_max(x);
-            const float m_new = fmaxf(sh.m_run[a], mx);
-            const float pr = lane < n ? expf(x - m_new) : 0.f;
-            if (lane < n) sh.sc[a][lane] = pr;
-            const float sum = warp_sum(pr);
-            if (lane == 0) {
-                const float c = sh.m_run[a] == -INFINITY ? 0.f : expf(sh.m_run[a] - m_new);
-                sh.corr[a] = c;
-                sh.l_run[a] = sh.l_run[a] * c + sum;
-                sh.m_run[a] = m_new;
-            }
-        }
+        for (int a = warp; a < G; a += ATTN_WARPS)
+            softmax_step(sh.sc[a], n, sh.m_run[a], sh.l_run[a], sh.corr[a]);
         __syncthreads();
         // Values: every warp keeps its own accumulators, merged once at the end.
 #pragma unroll
@@ -621,19 +630,7 @@ __device__ __forceinline__ void attn_prefill_body(
             // Online softmax per row: one warp per row, one lane per position.
             for (int r = warp; r < R; r += ATTN_WARPS) {
                 const int n = rows_n(r);
-                if (n <= 0) continue;
-                const float x = lane < n ? sh.sc[r][lane] : -INFINITY;
-                const float mx = warp_max(x);
-                const float m_new = fmaxf(sh.m_run[r], mx);
-                const float pr = lane < n ? expf(x - m_new) : 0.f;
-                if (lane < n) sh.sc[r][lane] = pr;
-                const float sum = warp_sum(pr);
-                if (lane == 0) {
-                    const float c = sh.m_run[r] == -INFINITY ? 0.f : expf(sh.m_run[r] - m_new);
-                    sh.corr[r] = c;
-                    sh.l_run[r] = sh.l_run[r] * c + sum;
-                    sh.m_run[r] = m_new;
-                }
+                if (n > 0) softmax_step(sh.sc[r], n, sh.m_run[r], sh.l_run[r], sh.corr[r]);
             }
             __syncthreads();
             // Values: warp w takes positions w, w + 8, ... of the tile, lane its EPL elements.

@@ -2294,42 +2294,40 @@ impl CudaBackend {
                     .arg(&b.sin.ptr),
             )
         }?;
-        // A block's tokens share each KV tile: as many as ATTN_PREFILL_ROWS (token, head) rows
-        // allow (the kernel is compiled for this group size).
-        let group = (heads / kv_heads) as usize;
-        let tokens_per_block = ATTN_PREFILL_ROWS / group.max(1);
-        if let Some(kernel) = self.k.attn_prefill
-            && self.tuning.prefill_attention
-        {
-            // SAFETY: attn_prefill_*_g{group}(StepMeta, const float* q, const KV* kv,
-            // const int* tables, KvGeometry, int heads, int window, float scale, float* part_o,
-            // float* part_ml): as attn_split below, over blocks of ATTN_PREFILL_ROWS / group
-            // tokens (the kernel loaded for this model's group size).
-            unsafe {
-                self.gpu.launch(
-                    kernel,
-                    (
-                        t.div_ceil(tokens_per_block) as u32,
-                        kv_heads as u32,
-                        ATTN_SPLITS,
-                    ),
-                    ATTN_THREADS,
-                    Args::new()
-                        .arg(&meta)
-                        .arg(&b.q.ptr)
-                        .arg(&b.kv.ptr)
-                        .arg(&b.tables.ptr)
-                        .arg(&geo)
-                        .arg(&heads)
-                        .arg(&window)
-                        .arg(&scale)
-                        .arg(&b.part_o.ptr)
-                        .arg(&b.part_ml.ptr),
-                )
-            }?;
-        } else {
-            self.attention_split(t, geo, hd, window, scale)?;
-        }
+        // attn_prefill where it is built (a block's tokens share each KV tile: as many as
+        // ATTN_PREFILL_ROWS (token, head) rows allow, for the group size it is compiled for),
+        // else attn_split (one block per token). The same partials either way.
+        let tokens_per_block = ATTN_PREFILL_ROWS / (heads / kv_heads).max(1) as usize;
+        let args = Args::new()
+            .arg(&meta)
+            .arg(&b.q.ptr)
+            .arg(&b.kv.ptr)
+            .arg(&b.tables.ptr)
+            .arg(&geo)
+            .arg(&heads);
+        let (kernel, blocks, args) = match self.k.attn_prefill {
+            Some(k) if self.tuning.prefill_attention => (k, t.div_ceil(tokens_per_block), args),
+            _ => (self.k.attn_split, t, args.arg(&kv_heads).arg(&hd)),
+        };
+        let args = args
+            .arg(&window)
+            .arg(&scale)
+            .arg(&b.part_o.ptr)
+            .arg(&b.part_ml.ptr);
+        // SAFETY: attn_split_*(StepMeta, const float* q, const KV* kv, const int* tables,
+        // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
+        // float* part_o, float* part_ml), or attn_prefill_*_g{group} without kv_heads and
+        // head_dim over blocks of ATTN_PREFILL_ROWS / group tokens (the kernel loaded for this
+        // model's group size): partial buffers hold max_step_tokens × heads × ATTN_SPLITS
+        // entries; reads stay within positions the block tables cover.
+        unsafe {
+            self.gpu.launch(
+                kernel,
+                (blocks as u32, kv_heads as u32, ATTN_SPLITS),
+                ATTN_THREADS,
+                args,
+            )
+        }?;
         // SAFETY: attn_combine_*(StepMeta, const float* part_o, const float* part_ml,
         // int heads, int kv_heads, int head_dim, int window, float* out): same partial layout
         // (it reads the splits with a tile of the token's span, the ones written above); out
@@ -2348,48 +2346,6 @@ impl CudaBackend {
                     .arg(&hd)
                     .arg(&window)
                     .arg(&b.attn.ptr),
-            )
-        }?;
-        Ok(())
-    }
-
-    /// attn_split over the step's `t` tokens: one block per (token, kv head, split).
-    fn attention_split(
-        &mut self,
-        t: usize,
-        geo: KvGeometryArg,
-        hd: i32,
-        window: i32,
-        scale: f32,
-    ) -> Result<(), BackendError> {
-        let (heads, kv_heads) = (
-            self.config.num_attention_heads as i32,
-            self.config.num_key_value_heads as i32,
-        );
-        let meta = self.meta_arg();
-        let b = self.bufs;
-        // SAFETY: attn_split_*(StepMeta, const float* q, const KV* kv, const int* tables,
-        // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
-        // float* part_o, float* part_ml): partial buffers hold max_step_tokens × heads ×
-        // ATTN_SPLITS entries; reads stay within positions the block tables cover.
-        unsafe {
-            self.gpu.launch(
-                self.k.attn_split,
-                (t as u32, kv_heads as u32, ATTN_SPLITS),
-                ATTN_THREADS,
-                Args::new()
-                    .arg(&meta)
-                    .arg(&b.q.ptr)
-                    .arg(&b.kv.ptr)
-                    .arg(&b.tables.ptr)
-                    .arg(&geo)
-                    .arg(&heads)
-                    .arg(&kv_heads)
-                    .arg(&hd)
-                    .arg(&window)
-                    .arg(&scale)
-                    .arg(&b.part_o.ptr)
-                    .arg(&b.part_ml.ptr),
             )
         }?;
         Ok(())

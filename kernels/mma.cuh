@@ -39,6 +39,7 @@
 #include "common.cuh"
 #include "activation.cuh"
 #include "norm.cuh"
+#include "wgmma.cuh"
 
 #ifndef MMA_TILED
 #define MMA_TILED 0
@@ -365,6 +366,121 @@ __device__ __forceinline__ int gemm_chain_len(int v, int groups) {
     return v < groups ? (groups - v + MMA_WARPS - 1) / MMA_WARPS : 0;
 }
 
+// The positions [ci0, ci1) of the chain order that block `split` of a tile's `splits` runs, and
+// the groups they hold (`mine`), in that order.
+struct GemmChains {
+    int ci0, ci1, mine, groups;
+    __device__ __forceinline__ GemmChains(int split, int splits, int K) {
+        groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+        ci0 = split * MMA_WARPS / splits;
+        ci1 = (split + 1) * MMA_WARPS / splits;
+        mine = 0;
+        for (int ci = ci0; ci < ci1; ++ci) mine += gemm_chain_len(gemm_chain(ci), groups);
+    }
+    // The block's p-th group (p < mine).
+    __device__ __forceinline__ int group_at(int p) const {
+#pragma unroll
+        for (int ci = 0; ci < MMA_WARPS; ++ci) {
+            if (ci < ci0) continue;
+            const int v = gemm_chain(ci), n = gemm_chain_len(v, groups);
+            if (p < n) return v + MMA_WARPS * p;
+            p -= n;
+        }
+        return 0;
+    }
+};
+
+// A chain at position ci just ended in `acc`: positions 0, 2, 4, 6 (chains 0..3) open a pair and
+// wait in `first` (this thread's own slots, `stride` apart), the odd ones close it:
+// p_i = w_i + w_(i+4), sum = ((p0 + p1) + p2) + p3.
+template <int VALS>
+__device__ __forceinline__ void gemm_chain_done(int ci, int ci0, const float (&acc)[VALS],
+                                                float (&sum)[VALS], float* first, int stride) {
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) {
+        float& f = first[v * stride];
+        if ((ci & 1) == 0) {
+            f = acc[v];
+        } else {
+            const float pair = f + acc[v];
+            sum[v] = ci == ci0 + 1 ? pair : sum[v] + pair;
+        }
+    }
+}
+
+// A split tile's exchange: each block writes what it holds (its pair in `sum` with 4 splits,
+// its chain in `acc` with 8) to its slice of ws ([tile][split][value][thread]) and counts itself
+// in counters[tile]; the last to arrive resets the counter, merges the slices as one block
+// would, ((p0 + p1) + p2) + p3 with p_i = w_i + w_(i+4), into `sum` and returns true.
+template <int VALS>
+__device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int tile_id, int split,
+                                                  int splits, const float (&acc)[VALS],
+                                                  float (&sum)[VALS]) {
+    const int tid = threadIdx.x;
+    float* slices = ws + (size_t)tile_id * splits * VALS * MMA_THREADS;
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) {
+        const float held = splits == MMA_WARPS ? acc[v] : sum[v];
+        __stcg(slices + ((size_t)split * VALS + v) * MMA_THREADS + tid, held);
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (tid == 0) last = atomicAdd(counters + tile_id, 1) == splits - 1;
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    if (tid == 0) counters[tile_id] = 0;
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) {
+        auto at = [&](int z) {
+            return __ldcg(slices + ((size_t)z * VALS + v) * MMA_THREADS + tid);
+        };
+        // Slice z holds position z: with 8, chains w_i and w_(i+4) at 2i and 2i + 1.
+        float pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pr[i] = splits == MMA_WARPS ? at(2 * i) + at(2 * i + 1) : at(i);
+        sum[v] = ((pr[0] + pr[1]) + pr[2]) + pr[3];
+    }
+    return true;
+}
+
+// A finished 128-row × BN-token tile (sums in shared memory, [row][token]) to y, by rows: the
+// bias, then the epilogue (as mma_body's: for GLU, tile m's rows 4q + e (gate) and 4q + 2 + e
+// (up) give output 8 (row0 / 16 + m) + 2q + e).
+template <int EPI, int BN>
+__device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
+                                                const float* __restrict__ bias,
+                                                float* __restrict__ y, int y_stride, int row0,
+                                                int t0, int R, int T) {
+    const int tid = threadIdx.x;
+    if (EPI == MEPI_GLU) {
+        for (int i = tid; i < GEMM_BM / 2 * BN; i += MMA_THREADS) {
+            const int o = i % (GEMM_BM / 2), t = i / (GEMM_BM / 2);
+            const int m = o / 8, q = (o % 8) / 2, e = o % 2;
+            const int rg = 16 * m + 4 * q + e, ru = rg + 2;
+            if (row0 + ru < R && t0 + t < T) {
+                float gs = tile[rg][t], us = tile[ru][t];
+                if (bias) {
+                    gs += bias[row0 + rg];
+                    us += bias[row0 + ru];
+                }
+                y[(size_t)(t0 + t) * y_stride + (row0 / 16 + m) * 8 + 2 * q + e] = silu(gs) * us;
+            }
+        }
+    } else {
+        for (int i = tid; i < GEMM_BM * BN; i += MMA_THREADS) {
+            const int r = i % GEMM_BM, t = i / GEMM_BM;
+            if (row0 + r < R && t0 + t < T) {
+                float v = tile[r][t];
+                if (bias) v += bias[row0 + r];
+                float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
+                if (EPI == MEPI_ADD) *out += v; else *out = v;
+            }
+        }
+    }
+}
+
 // Group gi's weights for the block's 8 row tiles into stage `a` ([m][h][q][lane], 16 KiB).
 template <typename W>
 __device__ __forceinline__ void gemm_stage_weights(u32 a, const W* __restrict__ w, int row0, int R,
@@ -401,6 +517,22 @@ __device__ __forceinline__ void gemm_stage_inputs(u32 b, const W* __restrict__ x
     }
 }
 
+// Row tile `m`'s A fragments of group stage `a` for mma steps 2q and 2q + 1 (step s = 2q + jj:
+// words 2jj, 2jj + 1 of chunk q of rows g and g + 8, as mma_body's a[] of mma j = s).
+__device__ __forceinline__ void gemm_a_fragments(u32 a, int m, int lane, int q, u32 (&fa)[2][4]) {
+    const uint4 lo = lds128(a + ((m * 4 + q) * 32 + lane) * 16);
+    const uint4 hi = lds128(a + ((m * 4 + 2 + q) * 32 + lane) * 16);
+    const u32* l = reinterpret_cast<const u32*>(&lo);
+    const u32* h = reinterpret_cast<const u32*>(&hi);
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+        fa[jj][0] = l[2 * jj];
+        fa[jj][1] = h[2 * jj];
+        fa[jj][2] = l[2 * jj + 1];
+        fa[jj][3] = h[2 * jj + 1];
+    }
+}
+
 template <typename W, int EPI, int BN>
 __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
                                               const W* __restrict__ xh, int K, int R, int T,
@@ -408,6 +540,7 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
                                               float* ws, int* counters, int splits) {
     typedef GemmTile<BN> L;
     constexpr int WN = L::WN;
+    constexpr int VALS = 2 * WN * 4;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
 #if defined(__CUDA_ARCH__)
     u32 dyn;
@@ -419,149 +552,72 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
     const int tile_id = blockIdx.x / splits, split = blockIdx.x % splits;
     const int row0 = (tile_id / token_tiles) * GEMM_BM;
     const int t0 = (tile_id % token_tiles) * BN;
-    const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
-    // This block's positions of the chain order, and how many groups they hold.
-    const int ci0 = split * MMA_WARPS / splits, ci1 = (split + 1) * MMA_WARPS / splits;
-    int mine = 0;
-    for (int ci = ci0; ci < ci1; ++ci) mine += gemm_chain_len(gemm_chain(ci), groups);
+    const GemmChains ch(split, splits, K);
     const u32 base = (u32)__cvta_generic_to_shared(gemm_smem);
     auto stage_a = [&](int s) { return base + (u32)(s % GEMM_STAGES) * L::STAGE_BYTES; };
     auto stage_b = [&](int s) { return stage_a(s) + GEMM_A_BYTES; };
-    // The block's p-th group (p < mine), in the chain order from position ci0.
-    auto group_at = [&](int p) {
-#pragma unroll
-        for (int ci = 0; ci < MMA_WARPS; ++ci) {
-            if (ci < ci0) continue;
-            const int v = gemm_chain(ci), n = gemm_chain_len(v, groups);
-            if (p < n) return v + MMA_WARPS * p;
-            p -= n;
-        }
-        return 0;
-    };
 
     // The first stages' weights do not depend on the previous kernel; the inputs do (to_half).
 #pragma unroll
     for (int s = 0; s < GEMM_STAGES - 1; ++s)
-        if (s < mine) gemm_stage_weights<W>(stage_a(s), w, row0, R, K, groups, group_at(s));
+        if (s < ch.mine)
+            gemm_stage_weights<W>(stage_a(s), w, row0, R, K, ch.groups, ch.group_at(s));
     pdl_enter();
 #pragma unroll
     for (int s = 0; s < GEMM_STAGES - 1; ++s) {
-        if (s < mine) gemm_stage_inputs<W, BN>(stage_b(s), xh, t0, T, K, group_at(s));
+        if (s < ch.mine) gemm_stage_inputs<W, BN>(stage_b(s), xh, t0, T, K, ch.group_at(s));
         cp_async_commit();
     }
 
-    float acc[2][WN][4], sum[2][WN][4];
+    // acc[(m * WN + n) * 4 + e]: row tile m of the warp's two, its n-tile n, C element e.
+    float acc[VALS], sum[VALS];
     float* first = reinterpret_cast<float*>(gemm_smem + GEMM_STAGES * L::STAGE_BYTES) +
-                   warp * (2 * WN * 4 * 32) + lane;
+                   warp * (VALS * 32) + lane;
     int p = 0;
-    for (int ci = ci0; ci < ci1; ++ci) {
+    for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
 #pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int n = 0; n < WN; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-        const int len = gemm_chain_len(gemm_chain(ci), groups);
+        for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
+        const int len = gemm_chain_len(gemm_chain(ci), ch.groups);
         for (int j = 0; j < len; ++j, ++p) {
             cp_async_wait<GEMM_STAGES - 2>();
             __syncthreads();
             // Refill the stage every warp finished with (the barrier above) GEMM_STAGES - 1 ahead.
             const int ahead = p + GEMM_STAGES - 1;
-            if (ahead < mine) {
-                const int gi = group_at(ahead);
-                gemm_stage_weights<W>(stage_a(ahead), w, row0, R, K, groups, gi);
+            if (ahead < ch.mine) {
+                const int gi = ch.group_at(ahead);
+                gemm_stage_weights<W>(stage_a(ahead), w, row0, R, K, ch.groups, gi);
                 gemm_stage_inputs<W, BN>(stage_b(ahead), xh, t0, T, K, gi);
             }
             cp_async_commit();
             const u32 a = stage_a(p), b = stage_b(p);
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
-                uint4 lo[2], hi[2], xb[WN];
+                u32 fa[2][2][4];
 #pragma unroll
-                for (int m = 0; m < 2; ++m) {
-                    const int tile = 2 * wr + m;
-                    lo[m] = lds128(a + ((tile * 4 + q) * 32 + lane) * 16);
-                    hi[m] = lds128(a + ((tile * 4 + 2 + q) * 32 + lane) * 16);
-                }
+                for (int m = 0; m < 2; ++m) gemm_a_fragments(a, 2 * wr + m, lane, q, fa[m]);
+                uint4 xb[WN];
 #pragma unroll
                 for (int n = 0; n < WN; ++n)
                     xb[n] = lds128(b + (((WN * wc + n) * 2 + q) * 32 + lane) * 16);
 #pragma unroll
                 for (int jj = 0; jj < 2; ++jj) {
-                    // mma j = 2q + jj: words 2jj, 2jj + 1 of chunk q (mma_body's 2j, 2j + 1).
+                    // mma j = 2q + jj: words 2jj, 2jj + 1 of the inputs' chunk q.
 #pragma unroll
                     for (int n = 0; n < WN; ++n) {
                         const u32* bw = reinterpret_cast<const u32*>(&xb[n]);
 #pragma unroll
-                        for (int m = 0; m < 2; ++m) {
-                            const u32* l = reinterpret_cast<const u32*>(&lo[m]);
-                            const u32* h = reinterpret_cast<const u32*>(&hi[m]);
-                            const u32 fa[4] = {l[2 * jj], h[2 * jj], l[2 * jj + 1], h[2 * jj + 1]};
-                            mma_16816(acc[m][n], fa, bw[2 * jj], bw[2 * jj + 1], w);
-                        }
+                        for (int m = 0; m < 2; ++m)
+                            mma_16816(&acc[(m * WN + n) * 4], fa[m][jj], bw[2 * jj],
+                                      bw[2 * jj + 1], w);
                     }
                 }
             }
         }
-        // Chains 0..3 open a pair, 4..7 close it: p_i = w_i + w_(i+4), sum = ((p0 + p1) + p2) + p3.
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int n = 0; n < WN; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float& f = first[((m * WN + n) * 4 + e) * 32];  // the thread's own
-                    if ((ci & 1) == 0) {
-                        f = acc[m][n][e];
-                    } else {
-                        const float pair = f + acc[m][n][e];
-                        sum[m][n][e] = ci == ci0 + 1 ? pair : sum[m][n][e] + pair;
-                    }
-                }
+        gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
     }
     cp_async_wait<0>();
     __syncthreads();
-    if (splits > 1) {
-        // What this block holds: its pair (4) or its chain (8), to the tile's slice `split` of
-        // ws ([tile][split][value][thread]); the last block of the tile merges.
-        constexpr int VALS = 2 * WN * 4;
-        float* slices = ws + (size_t)tile_id * splits * VALS * MMA_THREADS;
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int n = 0; n < WN; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int v = (m * WN + n) * 4 + e;
-                    const float held = splits == MMA_WARPS ? acc[m][n][e] : sum[m][n][e];
-                    __stcg(slices + ((size_t)split * VALS + v) * MMA_THREADS + tid, held);
-                }
-        __threadfence();
-        __syncthreads();
-        __shared__ int last;
-        if (tid == 0) last = atomicAdd(counters + tile_id, 1) == splits - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        if (tid == 0) counters[tile_id] = 0;
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int n = 0; n < WN; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int v = (m * WN + n) * 4 + e;
-                    auto at = [&](int z) {
-                        return __ldcg(slices + ((size_t)z * VALS + v) * MMA_THREADS + tid);
-                    };
-                    // Slice z holds position z: with 8, chains w_i and w_(i+4) at 2i and 2i + 1.
-                    float pr[4];
-#pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        pr[i] = splits == MMA_WARPS ? at(2 * i) + at(2 * i + 1) : at(i);
-                    sum[m][n][e] = ((pr[0] + pr[1]) + pr[2]) + pr[3];
-                }
-    }
+    if (splits > 1 && !gemm_merge_splits(ws, counters, tile_id, split, splits, acc, sum)) return;
 
     // The tile's sums through shared memory (over the stages), so the stores are by rows.
     float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(gemm_smem);
@@ -573,51 +629,180 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 tile[32 * wr + 16 * m + g + 8 * (e >> 1)]
-                    [8 * WN * wc + 8 * n + 2 * c + (e & 1)] = sum[m][n][e];
+                    [8 * WN * wc + 8 * n + 2 * c + (e & 1)] = sum[(m * WN + n) * 4 + e];
     __syncthreads();
-    if (EPI == MEPI_GLU) {
-        // As mma_body: tile m's rows 4q + e (gate) and 4q + 2 + e (up) give output
-        // 8 (row0 / 16 + m) + 2q + e.
-        for (int i = tid; i < GEMM_BM / 2 * BN; i += MMA_THREADS) {
-            const int o = i % (GEMM_BM / 2), t = i / (GEMM_BM / 2);
-            const int m = o / 8, q = (o % 8) / 2, e = o % 2;
-            const int rg = 16 * m + 4 * q + e, ru = rg + 2;
-            if (row0 + ru < R && t0 + t < T) {
-                float gs = tile[rg][t], us = tile[ru][t];
-                if (bias) {
-                    gs += bias[row0 + rg];
-                    us += bias[row0 + ru];
-                }
-                y[(size_t)(t0 + t) * y_stride + (row0 / 16 + m) * 8 + 2 * q + e] = silu(gs) * us;
-            }
-        }
-    } else {
-        for (int i = tid; i < GEMM_BM * BN; i += MMA_THREADS) {
-            const int r = i % GEMM_BM, t = i / GEMM_BM;
-            if (row0 + r < R && t0 + t < T) {
-                float v = tile[r][t];
-                if (bias) v += bias[row0 + r];
-                float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
-                if (EPI == MEPI_ADD) *out += v; else *out = v;
-            }
-        }
+    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T);
+}
+
+// The fixed-order GEMM on Hopper's warpgroup MMA (sm_90a): mma_gemm_body's tile, chains, order,
+// splits and epilogue, and its bits (wgmma gives mma.sync's bits step for step: wgmma.cuh), with
+// the tensor-core work issued asynchronously per warpgroup. Warp w holds row tile w (its A
+// fragments from the staged weights, as mma_gemm_body reads them) and all BN tokens: the two
+// warpgroups are 64 rows each, one m64 × BN × k16 wgmma per step. The inputs come prepared by
+// to_half in the wgmma order: within each group of 64, step s's logical k 0..15 stored
+// together (x̃[16 s + l] = x̂ at mma step s's logical k l), so that a token's group is one
+// 128-byte row of the 128-byte-swizzled K-major layout (8 tokens per 1 KiB atom, 16-byte chunk j
+// of token t at chunk j ^ (t % 8): the tensor cores read it without bank conflicts, where the
+// unswizzled layout measured 56% excess shared-memory wavefronts) and stages with 16-byte copies.
+// K must be a multiple of 64 (the host takes mma_gemm_body otherwise).
+//
+// Pipeline: STAGES stages, group p + AHEAD (= STAGES - 2) staged while group p computes. Group
+// p's wgmma stay in flight until the warpgroup has issued group p + 1 (wait_group 1), so each
+// warp keeps two sets of A fragments; the stage refilled at group p last held group p - 2, which
+// every warpgroup retired before the barrier that precedes the refill. As many stages as fit in
+// 225 KiB with the pair-opening chains: 5 on 128-token tiles, 8 on 64-token ones (decode steps,
+// where the weights stream from memory and the bytes in flight set the speed). A version with
+// bulk copies and per-stage barriers instead of cp.async and __syncthreads measured slower at
+// every size (BENCHMARKS.md, 2026-11-26 eighth session).
+template <int BN>
+struct WgTile {
+    static constexpr int VALS = BN / 2;  // accumulators per thread: 16 rows × BN / 32 lanes
+    static constexpr int B_BYTES = BN * MMA_GROUP * 2;
+    static constexpr int STAGE_BYTES = GEMM_A_BYTES + B_BYTES;
+    static constexpr int FIRST_BYTES = MMA_THREADS * VALS * 4;
+    static constexpr int STAGES = BN == 64 ? 8 : 5;
+    static constexpr int AHEAD = STAGES - 2;
+    // Dynamic shared memory of a launch (the host's WG_GEMM_SHARED): 1 KiB more, to align the
+    // stages to the swizzle atom.
+    static constexpr int SMEM = STAGES * STAGE_BYTES + FIRST_BYTES + 1024;
+};
+
+template <int V>
+struct IntC {
+    static constexpr int value = V;
+};
+
+// Group gi's prepared inputs (wgmma order) of tokens t0 .. t0 + BN - 1 into stage `b` (1 KiB
+// aligned), 128-byte swizzled: chunk j (logical k 8j .. 8j + 7) of token t at
+// (t / 8) * 1024 + (t % 8) * 128 + (j ^ (t % 8)) * 16. Eight adjacent threads copy a token's 128
+// contiguous bytes into eight distinct bank groups.
+template <typename W, int BN>
+__device__ __forceinline__ void wg_stage_inputs(u32 b, const W* __restrict__ xh, int t0, int T,
+                                                int K, int gi) {
+#pragma unroll
+    for (int r = 0; r < WgTile<BN>::B_BYTES / 16 / MMA_THREADS; ++r) {
+        const int i = threadIdx.x + r * MMA_THREADS;
+        const int t = i >> 3, j = i & 7;
+        const bool valid = t0 + t < T;
+        const u32 dst = b + (t >> 3) * 1024 + (t & 7) * 128 + ((j ^ (t & 7)) << 4);
+        cp_async16(dst, valid ? xh + (size_t)(t0 + t) * K + gi * MMA_GROUP + 8 * j : xh, valid);
     }
+}
+
+template <typename W, int EPI, int BN>
+__device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
+                                             const W* __restrict__ xh, int K, int R, int T,
+                                             float* __restrict__ y, int y_stride, int token_tiles,
+                                             float* ws, int* counters, int splits) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    typedef WgTile<BN> L;
+    constexpr int VALS = L::VALS, WG_STAGES = L::STAGES, WG_AHEAD = L::AHEAD;
+    extern __shared__ __align__(128) unsigned char gemm_smem[];
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < L::SMEM) __trap();  // launched without its shared memory: a host bug
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tile_id = blockIdx.x / splits, split = blockIdx.x % splits;
+    const int row0 = (tile_id / token_tiles) * GEMM_BM;
+    const int t0 = (tile_id % token_tiles) * BN;
+    const GemmChains ch(split, splits, K);
+    // The stages start at the first 1 KiB boundary (the swizzle atom).
+    const u32 raw = (u32)__cvta_generic_to_shared(gemm_smem);
+    const u32 base = (raw + 1023) & ~1023u;
+    auto stage_a = [&](int s) { return base + (u32)(s % WG_STAGES) * L::STAGE_BYTES; };
+    auto stage_b = [&](int s) { return stage_a(s) + GEMM_A_BYTES; };
+
+#pragma unroll
+    for (int s = 0; s < WG_AHEAD; ++s)
+        if (s < ch.mine)
+            gemm_stage_weights<W>(stage_a(s), w, row0, R, K, ch.groups, ch.group_at(s));
+    pdl_enter();
+#pragma unroll
+    for (int s = 0; s < WG_AHEAD; ++s) {
+        if (s < ch.mine) wg_stage_inputs<W, BN>(stage_b(s), xh, t0, T, K, ch.group_at(s));
+        cp_async_commit();
+    }
+
+    // acc[4 n + e]: n-tile n (tokens 8n ..), C element e (rows g, g + 8; tokens 2c, 2c + 1).
+    float acc[VALS], sum[VALS];
+    u32 fa[2][4][4];
+    float* first = reinterpret_cast<float*>(gemm_smem + (base - raw) + WG_STAGES * L::STAGE_BYTES) +
+                   warp * (VALS * 32) + lane;
+    // Group p with fragment set SET.
+    auto group = [&](auto set, int p) {
+        constexpr int SET = decltype(set)::value;
+        cp_async_wait<WG_AHEAD - 1>();
+        // The copies into stage p are visible to the tensor cores (the async proxy).
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (p + WG_AHEAD < ch.mine) {
+            const int gi = ch.group_at(p + WG_AHEAD);
+            gemm_stage_weights<W>(stage_a(p + WG_AHEAD), w, row0, R, K, ch.groups, gi);
+            wg_stage_inputs<W, BN>(stage_b(p + WG_AHEAD), xh, t0, T, K, gi);
+        }
+        cp_async_commit();
+        gemm_a_fragments(stage_a(p), warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
+        gemm_a_fragments(stage_a(p), warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
+        wgmma_fence();
+        const u32 b = stage_b(p);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) wgmma_step<W>(acc, fa[SET][s], wgmma_desc_sw128(b + s * 32));
+        wgmma_commit();
+        wgmma_hold(acc);
+        // Group p - 1 retired: its fragments (the other set) are free again.
+        wgmma_wait<1>();
+        wgmma_hold(fa[SET ^ 1]);
+    };
+    int p = 0;
+    for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
+#pragma unroll
+        for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
+        const int len = gemm_chain_len(gemm_chain(ci), ch.groups);
+        int j = 0;
+        for (; j + 1 < len; j += 2, p += 2) {
+            group(IntC<0>(), p);
+            group(IntC<1>(), p + 1);
+        }
+        if (j < len) group(IntC<0>(), p++);
+        wgmma_wait<0>();
+        wgmma_hold(acc);
+        wgmma_hold(fa[0]);
+        wgmma_hold(fa[1]);
+        gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (splits > 1 && !gemm_merge_splits(ws, counters, tile_id, split, splits, acc, sum)) return;
+
+    float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(gemm_smem);
+    const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int n = 0; n < BN / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            tile[16 * warp + g + 8 * (e >> 1)][8 * n + 2 * c + (e & 1)] = sum[4 * n + e];
+    __syncthreads();
+    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T);
+#else
+    __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
+#endif
 }
 
 // The GEMM variants of a family: the projection's parameter list (x, x_stride, x_rows, norm_w
 // and eps unused: the inputs come prepared), then the chain-split workspace: `splits` (1, 4 or
 // 8) blocks per 128 rows × BN tokens (tiles: token_tiles per row block, adjacent; a tile's
-// splits adjacent), GemmTile<BN>::SMEM bytes of dynamic shared memory; with splits > 1, ws holds
-// tiles × splits × 128 × BN floats and counters one zero int per tile.
-#define MMA_GEMM_ENTRY(NAME, W, EPI, BN)                                                       \
+// splits adjacent), GemmTile<BN>::SMEM (wg: WgTile<BN>::SMEM) bytes of dynamic shared memory;
+// with splits > 1, ws holds tiles × splits × 128 × BN floats and counters one zero int per tile.
+// gemm / gemm64: mma.sync, 128- or 64-token tiles; wg / wg64: the same on wgmma (sm_90a, inputs
+// in the wgmma order, K a multiple of 64).
+#define MMA_GEMM_ENTRY(NAME, BODY, W, EPI, BN)                                                 \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1)                               \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
              int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
              float* ws, int* counters, int splits) {                                           \
-        mma_gemm_body<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,         \
-                                  counters, splits);                                          \
+        BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters, splits); \
     }
 
 #define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \
@@ -648,8 +833,10 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
     MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1)        \
     MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1)        \
     MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1)      \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, W, EPI, 128)                  \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, W, EPI, 64)
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, mma_gemm_body, W, EPI, 128)   \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64)  \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128)      \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

@@ -2,7 +2,7 @@
 // prepare a projection's input rows as the GEMV kernels do (RMSNorm; silu(gate)·up from the
 // gate|up output, whose rows come interleaved in pairs — see gemv.cu; or the rows as they are)
 // and round them to the weights' type; add_bias adds a bias row after the GEMM. One block per
-// token row.
+// token row. With `wg_order` the row is stored in the wgmma GEMM's order (K a multiple of 64).
 #include "common.cuh"
 #include "activation.cuh"
 #include "norm.cuh"
@@ -17,7 +17,7 @@ template <typename W, int IN>
 __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_stride, int t0,
                                              const int* __restrict__ rows,
                                              const float* __restrict__ norm_w, float eps, int K,
-                                             W* __restrict__ out) {
+                                             int wg_order, W* __restrict__ out) {
     __shared__ double scratch[HALF_THREADS / 32];
     static_assert(HALF_THREADS == 128, "rows_rms_inv's order is that of 128 threads");
     __shared__ float inv_s;
@@ -61,15 +61,28 @@ __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_
         } pack;
 #pragma unroll
         for (int i = 0; i < 8; ++i) narrow(v[i], &pack.h[i]);
-        *reinterpret_cast<uint4*>(dst + c * 8) = pack.u;
+        if (wg_order) {
+            // The wgmma GEMM's order (mma.cuh, wg_gemm_body): chunk c is elements 8 cc .. 8 cc + 7
+            // of half q of its group of 64; mma step 2q + jj takes its elements 4 jj, 4 jj + 1 at
+            // logical k 2 cc, 2 cc + 1 and 4 jj + 2, 4 jj + 3 at 8 + 2 cc, 8 + 2 cc + 1, and the
+            // group stores step s's logical k l at 16 s + l.
+            const int q = (c % 8) / 4, cc = c % 4;
+            u32* d = reinterpret_cast<u32*>(dst + (c / 8) * 64 + 32 * q + 2 * cc);
+            d[0] = pack.u.x;
+            d[4] = pack.u.y;
+            d[8] = pack.u.z;
+            d[12] = pack.u.w;
+        } else {
+            *reinterpret_cast<uint4*>(dst + c * 8) = pack.u;
+        }
     }
 }
 
 #define HALF_ENTRY(MODE, IN, DT, W)                                                         \
     extern "C" __global__ void __launch_bounds__(HALF_THREADS) to_half_##MODE##_##DT(       \
         const float* x, int x_stride, int t0, const int* rows, const float* norm_w, float eps,  \
-        int K, W* out) {                                                                       \
-        to_half_body<W, IN>(x, x_stride, t0, rows, norm_w, eps, K, out);                       \
+        int K, int wg_order, W* out) {                                                         \
+        to_half_body<W, IN>(x, x_stride, t0, rows, norm_w, eps, K, wg_order, out);             \
     }
 
 HALF_ENTRY(rms, IN_RMS, bf16, __nv_bfloat16)

@@ -3,7 +3,7 @@
 # parity against the CPU reference and transformers, the decode benchmark against the read
 # bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
 #
-#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [pdl] [variants] [ncu] [ncu-prefill] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [wgmma-bits] [pdl] [variants] [ncu] [ncu-prefill] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
 #
 # BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels, preemption and cuda_backend built on the development machine.
 set -u
@@ -20,6 +20,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$O/g
 has() { [[ " $steps " == *" $1 "* ]]; }
 model() { [ -f "$M/$1/config.json" ] || "$B/nervad" make-model --preset "$1" --out "$M/$1" --seed 1234 >/dev/null; }
 
+if has wgmma-bits; then
+  # Whether wgmma (A from registers, B from shared memory) gives mma.sync's bits (lab/gpu/wgmma_bits.cu).
+  src=$(dirname "$0")/wgmma_bits.cu
+  /usr/local/cuda/bin/nvcc -O2 -gencode arch=compute_90a,code=sm_90a -o /tmp/wgmma_bits "$src" && /tmp/wgmma_bits 2>&1 | tee "$O/wgmma_bits.log"
+fi
 if has kernels; then
   # The projections alone (ours, the previous design, cuBLAS) against the read bandwidth.
   timeout 300 "$B/gpu_kernels" 2>&1 | tee "$O/kernels.log"

@@ -17,8 +17,8 @@ use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW,
-    MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS, MmaLaunch, gemm_splits,
-    kernels, mma_gemm_shared, mma_launch,
+    MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS, MMA_WG, MmaLaunch,
+    gemm_splits, kernels, mma_gemm_shared, mma_launch, wg_gemm_shared,
 };
 use nervad::model::DType;
 
@@ -276,7 +276,9 @@ impl Bench {
             self.weights.ptr,
         );
         let (ws, done, splits) = (self.gemm_ws.ptr, self.gemm_done.ptr, launch.splits as i32);
-        let gemm = matches!(launch.variant, MMA_GEMM | MMA_GEMM_NARROW);
+        let gemm = launch.variant >= MMA_GEMM;
+        // The wgmma GEMM reads its inputs in its own order (to_half's wg_order).
+        let wg_order = (launch.variant >= MMA_WG) as i32;
         let region = self.weights.bytes;
         let x_stride = shape.k as i32;
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
@@ -285,8 +287,9 @@ impl Bench {
         self.time(|gpu, i| {
             let w = wbase + weight_offset(shape, region, i);
             if launch.prepared {
-                // SAFETY: to_half_*(x, x_stride, t0, rows, norm, eps, K, out): x holds t rows of
-                // K f32, xa t × K bf16, norm K f32; rows null.
+                // SAFETY: to_half_*(x, x_stride, t0, rows, norm, eps, K, wg_order, out): x holds
+                // t rows of K f32, xa t × K bf16, norm K f32; rows null; every K is a multiple
+                // of 64.
                 unsafe {
                     gpu.launch(
                         prep,
@@ -300,6 +303,7 @@ impl Bench {
                             .arg(&norm)
                             .arg(&eps)
                             .arg(&k)
+                            .arg(&wg_order)
                             .arg(&xa),
                     )
                 }?;
@@ -432,10 +436,15 @@ fn run(cli: &Cli) -> Res<()> {
         // The same kernels over tiled weights: the benchmark's weights are random bits either
         // way, so only the addresses (and the time) differ.
         let mut tiled = gpu.load(&find("mma_tiled.cu").cubin, &refs)?;
-        for (v, bytes) in [
+        let mut shared = vec![
             (MMA_GEMM, MMA_GEMM_SHARED),
             (MMA_GEMM_NARROW, mma_gemm_shared(MMA_GEMM_NARROW_TOKENS)),
-        ] {
+        ];
+        if arch == 90 {
+            shared.push((MMA_WG, wg_gemm_shared(MMA_GEMM_TOKENS)));
+            shared.push((MMA_WG + 1, wg_gemm_shared(MMA_GEMM_NARROW_TOKENS)));
+        }
+        for (v, bytes) in shared {
             ks[v] = gpu.with_dynamic_shared(ks[v], bytes)?;
             tiled[v] = gpu.with_dynamic_shared(tiled[v], bytes)?;
         }
@@ -600,7 +609,7 @@ fn run(cli: &Cli) -> Res<()> {
     let Some(mut blas) = blas else { return Ok(()) };
     println!();
     println!(
-        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} | {:>11} {:>8} | {:>7}",
+        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
         "model",
         "proj",
         "M",
@@ -612,7 +621,10 @@ fn run(cli: &Cli) -> Res<()> {
         "GEMM64 (us)",
         "TFLOP/s",
         "spl",
-        "64 unsplit",
+        "WG (us)",
+        "TFLOP/s",
+        "WG64 (us)",
+        "TFLOP/s",
         "cuBLAS (us)",
         "TFLOP/s",
         "ratio"
@@ -657,7 +669,15 @@ fn run(cli: &Cli) -> Res<()> {
             };
             let gemm = gemm_tiles(MMA_GEMM, MMA_GEMM_TOKENS, GemmSplit::Auto)?;
             let gemm64 = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, GemmSplit::Auto)?;
-            let unsplit = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, GemmSplit::Fixed(1))?;
+            // The same launches on wgmma (Hopper only), with the same splits.
+            let (wg, wg64) = if arch == 90 {
+                (
+                    gemm_tiles(MMA_WG, MMA_GEMM_TOKENS, GemmSplit::Auto)?,
+                    gemm_tiles(MMA_WG + 1, MMA_GEMM_NARROW_TOKENS, GemmSplit::Auto)?,
+                )
+            } else {
+                (None, None)
+            };
             let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
             let cublas = b.time(|_, i| {
                 let w = wbase + weight_offset(shape, region, i);
@@ -675,16 +695,19 @@ fn run(cli: &Cli) -> Res<()> {
             };
             let (g_us, g_tf) = cells(gemm.map(|g| g.0));
             let (n_us, n_tf) = cells(gemm64.map(|g| g.0));
-            let (u_us, _) = cells(unsplit.map(|g| g.0));
+            let (w_us, w_tf) = cells(wg.map(|g| g.0));
+            let (w64_us, w64_tf) = cells(wg64.map(|g| g.0));
             let splits = |g: Option<(f64, u32)>| g.map_or("-".to_string(), |g| format!("x{}", g.1));
             // Ours (the faster GEMM where it runs, else the GEMV) against cuBLAS.
-            let best = match (gemm, gemm64) {
-                (Some(a), Some(n)) => Some(a.0.min(n.0)),
-                _ => ours,
-            };
+            let best = [gemm, gemm64, wg, wg64]
+                .iter()
+                .flatten()
+                .map(|g| g.0)
+                .min_by(f64::total_cmp)
+                .or(ours);
             let ratio = best.map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
             println!(
-                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} | {:>11.2} {:>8.1} | {:>7}",
+                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
                 shape.model,
                 shape.name,
                 m,
@@ -696,7 +719,10 @@ fn run(cli: &Cli) -> Res<()> {
                 n_us,
                 n_tf,
                 splits(gemm64),
-                u_us,
+                w_us,
+                w_tf,
+                w64_us,
+                w64_tf,
                 cublas * 1e3,
                 tf(cublas),
                 ratio

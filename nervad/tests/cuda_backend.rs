@@ -399,7 +399,8 @@ fn prefill_and_fused_decode_give_identical_bits() {
 
 /// The speed-only kernel variants (`KernelTuning`: the deep one-n-tile projection, inputs
 /// prepared for one n-tile, token-split multi-tile projections, the serial-split and the
-/// cluster decode attention) give the same bits as the default kernels. Twenty sequences, one
+/// cluster decode attention, the fixed-order GEMM on mma.sync and on wgmma) give the same bits
+/// as the default kernels. Twenty sequences, one
 /// of them past 16 attention tiles (so some splits hold two), are prefilled and then decoded in
 /// steps of 20, 5 and 1 sequences (the split, prepared and one-token paths) by backends with
 /// the variants on and by one with none; every logit of every decode step must match bit for
@@ -541,6 +542,29 @@ fn kernel_variants_give_identical_bits() {
                     gemm_narrow: false,
                     gemm_split: GemmSplit::Auto,
                     ..KernelTuning::default()
+                },
+            ),
+            (
+                "tiled weights + the mma.sync GEMM (wgmma off) from 9 tokens, chains in 4 blocks \
+                 per tile",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_split: GemmSplit::Fixed(4),
+                    wgmma: false,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "row-major weights + the wgmma GEMM (Hopper) from 9 tokens, 64-token tiles where \
+                 fewer waves, chains in 8 blocks per tile",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: true,
+                    gemm_split: GemmSplit::Fixed(8),
+                    wgmma: true,
+                    ..KernelTuning::baseline()
                 },
             ),
             (

@@ -33,12 +33,13 @@ macro_rules! kernel_file {
 }
 
 /// Shared headers.
-pub const HEADERS: [Source; 6] = [
+pub const HEADERS: [Source; 7] = [
     kernel_file!("common.cuh"),
     kernel_file!("kv.cuh"),
     kernel_file!("norm.cuh"),
     kernel_file!("rope.cuh"),
     kernel_file!("activation.cuh"),
+    kernel_file!("wgmma.cuh"),
     kernel_file!("mma.cuh"),
 ];
 
@@ -183,7 +184,13 @@ fn check(r: nvrtc::nvrtcResult, what: &str) -> Result<(), BackendError> {
 /// The options every module is compiled with for `arch` (e.g. 90 for sm_90).
 pub fn options(arch: u32, include: &Path) -> Vec<String> {
     vec![
-        format!("--gpu-architecture=sm_{arch}"),
+        // Hopper gets its arch-specific target (sm_90a): the wgmma GEMM needs it, and the
+        // cubin runs on compute capability 9.0 only, which is what `arch` 90 names.
+        if arch == 90 {
+            "--gpu-architecture=sm_90a".to_string()
+        } else {
+            format!("--gpu-architecture=sm_{arch}")
+        },
         format!("-I{}", include.display()),
         "--std=c++17".into(),
         "-Xptxas=-v".into(),

@@ -172,6 +172,10 @@ pub struct KernelTuning {
     /// sequence share each KV tile) instead of one block per token (`attn_split`); head dims 64
     /// and 128.
     pub prefill_attention: bool,
+    /// The fixed-order GEMM runs on Hopper's warpgroup MMA (`mma_*_wg`, `mma_*_wg64`, sm_90a:
+    /// the same tiles, chains and bits, the tensor-core work issued asynchronously) where the
+    /// device is compute capability 9.0 and K is a multiple of 64; elsewhere the mma.sync GEMM.
+    pub wgmma: bool,
 }
 
 /// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
@@ -209,6 +213,7 @@ impl Default for KernelTuning {
             gemm_split: GemmSplit::Auto,
             gemm_min_k: 4096,
             prefill_attention: true,
+            wgmma: true,
         }
     }
 }
@@ -231,6 +236,7 @@ impl KernelTuning {
             gemm_split: GemmSplit::Fixed(1),
             gemm_min_k: 0,
             prefill_attention: false,
+            wgmma: false,
         }
     }
 
@@ -238,7 +244,8 @@ impl KernelTuning {
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
-    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>` and `NERVA_ATTN_PREFILL=1` applied (`0` turns a variant off;
+    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1` and `NERVA_WGMMA=1`
+    /// applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -280,6 +287,7 @@ impl KernelTuning {
             },
             gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
+            wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),
         }
     }
 }
@@ -616,14 +624,17 @@ struct MmaFamily {
     gemm: Kernel,
     /// The same on 64-token tiles.
     gemm_narrow: Kernel,
+    /// The GEMM on wgmma (sm_90a), 128- and 64-token tiles.
+    wg: Kernel,
+    wg_narrow: Kernel,
 }
 
 /// The mma.cuh variants of a projection, in `mma_variant`'s numbering (kernel
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
 /// fixed-order GEMM (`MMA_GEMM`).
-pub const MMA_VARIANTS: [&str; 11] = [
-    "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64",
+pub const MMA_VARIANTS: [&str; 13] = [
+    "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -635,6 +646,9 @@ pub const MMA_SPLIT: usize = 6;
 pub const MMA_GEMM: usize = 9;
 /// Index of the GEMM on 64-token tiles in `MMA_VARIANTS`.
 pub const MMA_GEMM_NARROW: usize = 10;
+/// Index of the wgmma GEMM in `MMA_VARIANTS` (then its 64-token tiles): the GEMM's launches
+/// where `KernelTuning::wgmma` holds.
+pub const MMA_WG: usize = 11;
 /// Tokens per block of the GEMM (mma.cuh's BN of `gemm`).
 pub const MMA_GEMM_TOKENS: usize = 128;
 /// Tokens per block of the narrow GEMM (`gemm64`).
@@ -645,6 +659,15 @@ pub const MMA_GEMM_NARROW_TOKENS: usize = 64;
 /// each thread's pair-opening chain (2 × tokens / 16 × 4 floats per thread of 256).
 pub const fn mma_gemm_shared(tokens: usize) -> u32 {
     (3 * ((16 << 10) + (tokens / 8) * 1024) + 256 * 2 * (tokens / 16) * 4 * 4) as u32
+}
+
+/// Dynamic shared memory of a wgmma GEMM launch of `tokens`-token tiles (mma.cuh's
+/// `WgTile<tokens>::SMEM`): its stages (8 on 64-token tiles, else 5) of 16 KiB of weights and
+/// tokens × 128 bytes of inputs, each thread's pair-opening chain (tokens / 2 floats per thread
+/// of 256) and 1 KiB to align the stages: 225 KiB either way.
+pub const fn wg_gemm_shared(tokens: usize) -> u32 {
+    let stages = if tokens == 64 { 8 } else { 5 };
+    (stages * ((16 << 10) + tokens * 128) + 256 * (tokens / 2) * 4 + 1024) as u32
 }
 
 /// Dynamic shared memory of an `MMA_GEMM` launch: 160 KiB.
@@ -813,6 +836,8 @@ impl MmaFamily {
             MMA_HALF => self.n1_half,
             MMA_GEMM => self.gemm,
             MMA_GEMM_NARROW => self.gemm_narrow,
+            MMA_WG => self.wg,
+            v if v == MMA_WG + 1 => self.wg_narrow,
             v => self.split[v - MMA_SPLIT],
         }
     }
@@ -1603,6 +1628,8 @@ impl CudaBackend {
                 MmaFamily {
                     gemm: m[MMA_GEMM],
                     gemm_narrow: m[MMA_GEMM_NARROW],
+                    wg: m[MMA_WG],
+                    wg_narrow: m[MMA_WG + 1],
                     n1: m[0],
                     n2: m[1],
                     n4: m[2],
@@ -1643,6 +1670,37 @@ impl CudaBackend {
                          block ({e}); the register kernels run its launches"
                     );
                     tuning.gemm_from = None;
+                }
+            }
+        }
+        // The wgmma GEMM: compute capability 9.0 only (its kernels are sm_90a code) and 224 KiB
+        // of shared memory per block; where either fails the mma.sync GEMM runs its launches.
+        tuning.wgmma &= arch == 90 && tuning.gemm_from.is_some();
+        if tuning.wgmma {
+            let granted: Result<Vec<(Kernel, Kernel)>, BackendError> = k
+                .mma
+                .iter()
+                .map(|f| {
+                    Ok((
+                        gpu.with_dynamic_shared(f.wg, wg_gemm_shared(MMA_GEMM_TOKENS))?,
+                        gpu.with_dynamic_shared(
+                            f.wg_narrow,
+                            wg_gemm_shared(MMA_GEMM_NARROW_TOKENS),
+                        )?,
+                    ))
+                })
+                .collect();
+            match granted {
+                Ok(g) => k.mma.iter_mut().zip(g).for_each(|(f, (wide, narrow))| {
+                    f.wg = wide;
+                    f.wg_narrow = narrow;
+                }),
+                Err(e) => {
+                    tracing::warn!(
+                        arch,
+                        "the wgmma GEMM cannot run ({e}); the mma.sync GEMM does"
+                    );
+                    tuning.wgmma = false;
                 }
             }
         }
@@ -1896,13 +1954,15 @@ impl CudaBackend {
         norm: DevBuf,
         k: usize,
         m: usize,
+        wg_order: bool,
     ) -> Result<u64, BackendError> {
         let (t0, k, xa) = (t0 as i32, k as i32, self.bufs.xa.ptr);
+        let wg_order = wg_order as i32;
         let eps = self.config.rms_norm_eps as f32;
         // SAFETY: to_half_*(const float* x, int x_stride, int t0, const int* rows,
-        // const float* norm, float eps, int K, W* out): rows t0..t0+m of x (or of `rows`) exist
-        // (m ≤ max_step_tokens), out (xa) holds max_step_tokens × max(K) 16-bit values, norm is
-        // K floats or unused.
+        // const float* norm, float eps, int K, int wg_order, W* out): rows t0..t0+m of x (or of
+        // `rows`) exist (m ≤ max_step_tokens), out (xa) holds max_step_tokens × max(K) 16-bit
+        // values, norm is K floats or unused; with wg_order K is a multiple of 64.
         unsafe {
             self.gpu.launch(
                 kernel,
@@ -1916,6 +1976,7 @@ impl CudaBackend {
                     .arg(&norm.ptr)
                     .arg(&eps)
                     .arg(&k)
+                    .arg(&wg_order)
                     .arg(&xa),
             )
         }?;
@@ -1933,8 +1994,17 @@ impl CudaBackend {
         t: usize,
     ) -> Result<(), BackendError> {
         let shape = mma_launch(t, p.r, p.k, self.sms as usize, &self.tuning);
+        // The GEMM on wgmma where it can run (K a multiple of 64): same tiles and bits, inputs
+        // in its order.
+        let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
+        let wg = gemm && self.tuning.wgmma && p.k % 64 == 0;
+        let variant = if wg {
+            MMA_WG + (shape.variant - MMA_GEMM)
+        } else {
+            shape.variant
+        };
         let xh = if shape.prepared {
-            self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t)?
+            self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t, wg)?
         } else {
             0u64
         };
@@ -1942,7 +2012,6 @@ impl CudaBackend {
         a.token_tiles = shape.token_tiles as i32;
         let splits = shape.splits as i32;
         let blocks = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles * shape.splits;
-        let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
         let args = a.args(Some(&xh));
         let args = if gemm {
             args.arg(&self.bufs.gemm_ws.ptr)
@@ -1956,12 +2025,12 @@ impl CudaBackend {
         // float* y, int y_stride, int token_tiles), the GEMM's with (float* ws, int* counters,
         // int splits) after: w holds R×K weights (row-major, or tiled and padded as
         // mma_tiled.cu reads them), x and y hold T rows of their strides, xh (when used) the T
-        // prepared rows, bias/norm are null or R/K floats; the grid is the row tiles times the
+        // prepared rows (for wg: in the wgmma order, K a multiple of 64), bias/norm are null or R/K floats; the grid is the row tiles times the
         // token tiles (times the splits); a split launch has at most gemm_split_blocks blocks
         // (`gemm_splits`), within ws and counters, and its counters are zero between launches.
         unsafe {
             self.gpu
-                .launch(family.kernel(shape.variant), (blocks, 1, 1), 256, args)
+                .launch(family.kernel(variant), (blocks, 1, 1), 256, args)
         }
     }
 
@@ -2016,7 +2085,17 @@ impl CudaBackend {
         }
         let m = t - split;
         let (t0, r_i) = (split as i32, p.r as i32);
-        let xa = self.prepare_half(half, p.gemm_x, p.gemm_x_stride, split, 0, p.norm, p.k, m)?;
+        let xa = self.prepare_half(
+            half,
+            p.gemm_x,
+            p.gemm_x_stride,
+            split,
+            0,
+            p.norm,
+            p.k,
+            m,
+            false,
+        )?;
         let y_stride = p.gemm_y_stride as usize;
         let y = p.gemm_y + (split * y_stride * 4) as u64;
         let accumulate = matches!(p.input, Input::PlainAdd | Input::GluAdd);

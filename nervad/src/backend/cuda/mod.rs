@@ -1997,7 +1997,7 @@ impl CudaBackend {
         // The GEMM on wgmma where it can run (K a multiple of 64): same tiles and bits, inputs
         // in its order.
         let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
-        let wg = gemm && self.tuning.wgmma && p.k % 64 == 0;
+        let wg = gemm && self.tuning.wgmma && p.k.is_multiple_of(64);
         let variant = if wg {
             MMA_WG + (shape.variant - MMA_GEMM)
         } else {

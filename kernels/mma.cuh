@@ -672,22 +672,96 @@ struct IntC {
     static constexpr int value = V;
 };
 
-// Group gi's prepared inputs (wgmma order) of tokens t0 .. t0 + BN - 1 into stage `b` (1 KiB
-// aligned), 128-byte swizzled: chunk j (logical k 8j .. 8j + 7) of token t at
-// (t / 8) * 1024 + (t % 8) * 128 + (j ^ (t % 8)) * 16. Eight adjacent threads copy a token's 128
-// contiguous bytes into eight distinct bank groups.
+// What one thread copies into every stage of the wgmma GEMM, set up once so that staging a group
+// costs a few adds per copy (ncu: address arithmetic and the group lookup were most of the
+// instructions, and instruction issue set the speed). Weights: the thread's GEMM_A_BYTES / 16 /
+// MMA_THREADS 16-byte chunks of the 8 row tiles (as gemm_stage_weights lays them out: chunk
+// i = tid + 256 r at i * 16, row tile i / 128). Inputs: chunk j = tid % 8 of tokens tid / 8 + 32 r
+// (the 128-byte swizzle: (t / 8) * 1024 + (t % 8) * 128 + (j ^ (t % 8)) * 16). Row tiles past R
+// and tokens past T are zero-filled.
 template <typename W, int BN>
-__device__ __forceinline__ void wg_stage_inputs(u32 b, const W* __restrict__ xh, int t0, int T,
-                                                int K, int gi) {
+struct WgStager {
+    static constexpr int A_CHUNKS = GEMM_A_BYTES / 16 / MMA_THREADS;
+    static constexpr int B_CHUNKS = WgTile<BN>::B_BYTES / 16 / MMA_THREADS;
+    const W* a_src;  // chunk 0 of group 0
+    const W* b_src;
+    size_t a_step;   // elements from chunk r to r + 1
+    size_t b_step;
+    int a_group;     // elements from group gi to gi + 1
+    u32 b_dst;
+    unsigned a_ok, b_ok;  // valid chunks, bit r
+
+    __device__ __forceinline__ WgStager(const W* __restrict__ w, const W* __restrict__ xh, int row0,
+                                        int R, int t0, int T, int K, int groups) {
+        const int tid = threadIdx.x;
+        a_ok = 0;
+        b_ok = 0;
+#if MMA_TILED
+        // Tile (row0 / 16 + m), group gi: 1,024 elements at ((row0 / 16 + m) * groups + gi) * 1024.
+        a_src = w + ((size_t)(row0 / 16 + tid / 128) * groups) * 1024 + (tid % 128) * 8;
+        a_step = (size_t)2 * groups * 1024;
+        a_group = 1024;
+#else
+        const int hq = (tid / 32) % 4, l = tid % 32;
+        a_src = w + (size_t)(row0 + 16 * (tid / 128) + 8 * (hq >> 1) + (l >> 2)) * K +
+                32 * (hq & 1) + 8 * (l & 3);
+        a_step = (size_t)32 * K;
+        a_group = MMA_GROUP;
+#endif
 #pragma unroll
-    for (int r = 0; r < WgTile<BN>::B_BYTES / 16 / MMA_THREADS; ++r) {
-        const int i = threadIdx.x + r * MMA_THREADS;
-        const int t = i >> 3, j = i & 7;
-        const bool valid = t0 + t < T;
-        const u32 dst = b + (t >> 3) * 1024 + (t & 7) * 128 + ((j ^ (t & 7)) << 4);
-        cp_async16(dst, valid ? xh + (size_t)(t0 + t) * K + gi * MMA_GROUP + 8 * j : xh, valid);
+        for (int r = 0; r < A_CHUNKS; ++r) {
+#if MMA_TILED
+            const bool ok = row0 + 16 * (tid / 128 + 2 * r) < R;
+#else
+            const bool ok = row0 + 16 * (tid / 128 + 2 * r) + 8 * (((tid / 32) % 4) >> 1) +
+                                ((tid % 32) >> 2) < R;
+#endif
+            a_ok |= (unsigned)ok << r;
+        }
+        const int t = tid / 8, j = tid % 8;
+        b_src = xh + (size_t)(t0 + t) * K + 8 * j;
+        b_step = (size_t)32 * K;
+        b_dst = (t >> 3) * 1024 + (t & 7) * 128 + ((j ^ (t & 7)) << 4);
+#pragma unroll
+        for (int r = 0; r < B_CHUNKS; ++r) b_ok |= (unsigned)(t0 + t + 32 * r < T) << r;
     }
-}
+
+    // Group gi's weights into the stage at `a`.
+    __device__ __forceinline__ void weights(u32 a, int gi, const W* w) const {
+        const u32 dst = a + threadIdx.x * 16;
+        const W* src = a_src + (size_t)gi * a_group;
+#pragma unroll
+        for (int r = 0; r < A_CHUNKS; ++r) {
+            const bool ok = (a_ok >> r) & 1;
+            cp_async16(dst + r * MMA_THREADS * 16, ok ? src + r * a_step : w, ok);
+        }
+    }
+    // Group gi's inputs into the stage's input part at `b` (1 KiB aligned).
+    __device__ __forceinline__ void inputs(u32 b, int gi, const W* xh) const {
+        const W* src = b_src + gi * MMA_GROUP;
+#pragma unroll
+        for (int r = 0; r < B_CHUNKS; ++r) {
+            const bool ok = (b_ok >> r) & 1;
+            cp_async16(b + b_dst + r * 4096, ok ? src + r * b_step : xh, ok);
+        }
+    }
+};
+
+// The block's groups in chain order, one step at a time (GemmChains::group_at without its loop).
+struct GroupCursor {
+    int ci, gi;
+    __device__ __forceinline__ GroupCursor(const GemmChains& ch) : ci(ch.ci0), gi(gemm_chain(ch.ci0)) {
+        settle(ch);
+    }
+    // Past the end of a chain: the next chain position that holds a group.
+    __device__ __forceinline__ void settle(const GemmChains& ch) {
+        while (gi >= ch.groups && ++ci < ch.ci1) gi = gemm_chain(ci);
+    }
+    __device__ __forceinline__ void next(const GemmChains& ch) {
+        gi += MMA_WARPS;
+        settle(ch);
+    }
+};
 
 template <typename W, int EPI, int BN>
 __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
@@ -709,18 +783,35 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
     // The stages start at the first 1 KiB boundary (the swizzle atom).
     const u32 raw = (u32)__cvta_generic_to_shared(gemm_smem);
     const u32 base = (raw + 1023) & ~1023u;
-    auto stage_a = [&](int s) { return base + (u32)(s % WG_STAGES) * L::STAGE_BYTES; };
-    auto stage_b = [&](int s) { return stage_a(s) + GEMM_A_BYTES; };
+    const u32 last_slot = base + (WG_STAGES - 1) * L::STAGE_BYTES;
+    auto advance = [&](u32& slot) { slot = slot == last_slot ? base : slot + L::STAGE_BYTES; };
+    const WgStager<W, BN> stager(w, xh, row0, R, t0, T, K, ch.groups);
+    // The next group to stage and its slot; the slot of the next group to compute.
+    GroupCursor ahead(ch);
+    u32 fill = base, use = base;
 
+    // The first groups' weights do not depend on the previous kernel, their inputs do (to_half).
+    {
+        GroupCursor c = ahead;
+        u32 slot = base;
 #pragma unroll
-    for (int s = 0; s < WG_AHEAD; ++s)
-        if (s < ch.mine)
-            gemm_stage_weights<W>(stage_a(s), w, row0, R, K, ch.groups, ch.group_at(s));
+        for (int s = 0; s < WG_AHEAD; ++s) {
+            if (s < ch.mine) {
+                stager.weights(slot, c.gi, w);
+                c.next(ch);
+            }
+            advance(slot);
+        }
+    }
     pdl_enter();
 #pragma unroll
     for (int s = 0; s < WG_AHEAD; ++s) {
-        if (s < ch.mine) wg_stage_inputs<W, BN>(stage_b(s), xh, t0, T, K, ch.group_at(s));
+        if (s < ch.mine) {
+            stager.inputs(fill + GEMM_A_BYTES, ahead.gi, xh);
+            ahead.next(ch);
+        }
         cp_async_commit();
+        advance(fill);
     }
 
     // acc[4 n + e]: n-tile n (tokens 8n ..), C element e (rows g, g + 8; tokens 2c, 2c + 1).
@@ -736,19 +827,21 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         if (p + WG_AHEAD < ch.mine) {
-            const int gi = ch.group_at(p + WG_AHEAD);
-            gemm_stage_weights<W>(stage_a(p + WG_AHEAD), w, row0, R, K, ch.groups, gi);
-            wg_stage_inputs<W, BN>(stage_b(p + WG_AHEAD), xh, t0, T, K, gi);
+            stager.weights(fill, ahead.gi, w);
+            stager.inputs(fill + GEMM_A_BYTES, ahead.gi, xh);
+            ahead.next(ch);
         }
         cp_async_commit();
-        gemm_a_fragments(stage_a(p), warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
-        gemm_a_fragments(stage_a(p), warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
+        advance(fill);
+        gemm_a_fragments(use, warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
+        gemm_a_fragments(use, warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
         wgmma_fence();
-        const u32 b = stage_b(p);
+        const u32 b = use + GEMM_A_BYTES;
 #pragma unroll
         for (int s = 0; s < 4; ++s) wgmma_step<W>(acc, fa[SET][s], wgmma_desc_sw128(b + s * 32));
         wgmma_commit();
         wgmma_hold(acc);
+        advance(use);
         // Group p - 1 retired: its fragments (the other set) are free again.
         wgmma_wait<1>();
         wgmma_hold(fa[SET ^ 1]);

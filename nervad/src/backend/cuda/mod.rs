@@ -198,6 +198,9 @@ impl Default for KernelTuning {
     /// 2,048-token prompt 567 → 426 ms; qwen3-0.6b batch 64 lost 10% with the GEMM from 64
     /// tokens, hence the K bound). Cluster attention lost at every batch size past 1;
     /// the L2 prefetch during attention gained 2% at batch 8 and lost up to 6% at batch 1.
+    /// The GEMM on wgmma (H200, 2026-11-26 eighth session) took qwen3-8b batch 64 from 15.9 to
+    /// 13.7 ms per step and a 2,048-token prompt from 359 to 282 ms, and starting it at 32
+    /// tokens instead of 64 took batch 32 from 11.8 to 9.8 ms (at 16 it lost: 7.6 → 9.9 ms).
     fn default() -> Self {
         KernelTuning {
             deep_n1_blocks_per_sm: 2,
@@ -208,7 +211,7 @@ impl Default for KernelTuning {
             tiled_weights: true,
             l2_prefetch_bytes: 0,
             l2_prefetch_until: 8,
-            gemm_from: Some(64),
+            gemm_from: Some(32),
             gemm_narrow: true,
             gemm_split: GemmSplit::Auto,
             gemm_min_k: 4096,
@@ -3160,12 +3163,15 @@ mod tests {
         assert_eq!(mma_launch(1, 4096, 4096, SMS, &d).variant, MMA_DEEP);
         assert_eq!(mma_launch(1, 24_576, 4096, SMS, &d).variant, 0);
         assert_eq!(mma_launch(3, 24_576, 4096, SMS, &d).variant, MMA_HALF);
-        assert!(mma_launch(48, 4096, 4096, SMS, &d).token_tiles > 1);
+        assert!(mma_launch(24, 4096, 4096, SMS, &d).token_tiles > 1);
         assert_eq!(d.serial_attention_from, Some(32));
         assert!(d.tiled_weights && !d.cluster_attention);
         assert_eq!(mma_launch(1024, 24_576, 4096, SMS, &d).variant, MMA_GEMM);
         assert_eq!(mma_launch(64, 4096, 4096, SMS, &d).variant, MMA_GEMM_NARROW);
-        assert!(mma_launch(63, 4096, 4096, SMS, &d).variant < MMA_GEMM);
+        // From 32 tokens (qwen3-8b batch 32 on the wgmma GEMM: 9.8 against 11.8 ms per step).
+        assert_eq!(mma_launch(32, 4096, 4096, SMS, &d).variant, MMA_GEMM_NARROW);
+        assert!(mma_launch(31, 4096, 4096, SMS, &d).variant < MMA_GEMM);
+        assert!(d.wgmma);
         // A short K (qwen3-0.6b: 1,024 to 3,072 columns) keeps the register kernels below 128
         // tokens (batch 64 on the H200: 10,598 tok/s against 9,604 with the GEMM).
         assert!(mma_launch(64, 4096, 3072, SMS, &d).variant < MMA_GEMM);

@@ -87,7 +87,7 @@ if has ncu-prefill && command -v ncu >/dev/null; then
   # timed alone by ncu (serialized, base clocks: shares, not absolute speed).
   model qwen3-8b
   # The first 396 matching launches are the decode table's 128-token prompt (36 layers × 11).
-  timeout 300 ncu --graph-profiling node -k "regex:attn_split|attn_combine|attn_prefill|rope_append|_gemm|to_half" \
+  timeout 300 ncu --graph-profiling node -k "regex:attn_split|attn_combine|attn_prefill|rope_append|_gemm|_wg|to_half" \
     --launch-skip ${NCU_PREFILL_SKIP:-396} --launch-count ${NCU_PREFILL_LAUNCHES:-33} \
     --metrics gpu__time_duration.sum \
     "$B/gpu_decode" --model $M/qwen3-8b --batch 1 --tokens 2 --prefill ${NCU_PREFILL:-2048} \

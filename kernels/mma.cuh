@@ -481,6 +481,30 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
     }
 }
 
+// The end of a GEMM block: the split exchange (when split), then the tile's sums through shared
+// memory (over the stages), so that the stores go by rows. `place(v, row, token)` says where the
+// thread's value v lies in the 128-row × BN-token tile.
+template <int EPI, int BN, int VALS, typename Place>
+__device__ __forceinline__ void gemm_finish(unsigned char* smem, const float (&acc)[VALS],
+                                            float (&sum)[VALS], Place place, float* ws,
+                                            int* counters, int tile_id, int split, int splits,
+                                            const float* __restrict__ bias,
+                                            float* __restrict__ y, int y_stride, int row0, int t0,
+                                            int R, int T) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (splits > 1 && !gemm_merge_splits(ws, counters, tile_id, split, splits, acc, sum)) return;
+    float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(smem);
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) {
+        int r, t;
+        place(v, r, t);
+        tile[r][t] = sum[v];
+    }
+    __syncthreads();
+    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T);
+}
+
 // Group gi's weights for the block's 8 row tiles into stage `a` ([m][h][q][lane], 16 KiB).
 template <typename W>
 __device__ __forceinline__ void gemm_stage_weights(u32 a, const W* __restrict__ w, int row0, int R,
@@ -615,23 +639,14 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
         }
         gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
     }
-    cp_async_wait<0>();
-    __syncthreads();
-    if (splits > 1 && !gemm_merge_splits(ws, counters, tile_id, split, splits, acc, sum)) return;
-
-    // The tile's sums through shared memory (over the stages), so the stores are by rows.
-    float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(gemm_smem);
     const int g = lane >> 2, c = lane & 3;
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int n = 0; n < WN; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                tile[32 * wr + 16 * m + g + 8 * (e >> 1)]
-                    [8 * WN * wc + 8 * n + 2 * c + (e & 1)] = sum[(m * WN + n) * 4 + e];
-    __syncthreads();
-    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T);
+    auto place = [&](int v, int& r, int& t) {
+        const int m = v / (WN * 4), n = (v / 4) % WN, e = v % 4;
+        r = 32 * wr + 16 * m + g + 8 * (e >> 1);
+        t = 8 * WN * wc + 8 * n + 2 * c + (e & 1);
+    };
+    gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, tile_id, split, splits, bias, y,
+                         y_stride, row0, t0, R, T);
 }
 
 // The fixed-order GEMM on Hopper's warpgroup MMA (sm_90a): mma_gemm_body's tile, chains, order,
@@ -863,19 +878,14 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
         wgmma_hold(fa[1]);
         gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
     }
-    cp_async_wait<0>();
-    __syncthreads();
-    if (splits > 1 && !gemm_merge_splits(ws, counters, tile_id, split, splits, acc, sum)) return;
-
-    float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(gemm_smem);
     const int g = lane >> 2, c = lane & 3;
-#pragma unroll
-    for (int n = 0; n < BN / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            tile[16 * warp + g + 8 * (e >> 1)][8 * n + 2 * c + (e & 1)] = sum[4 * n + e];
-    __syncthreads();
-    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T);
+    auto place = [&](int v, int& r, int& t) {
+        const int n = v / 4, e = v % 4;
+        r = 16 * warp + g + 8 * (e >> 1);
+        t = 8 * n + 2 * c + (e & 1);
+    };
+    gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, tile_id, split, splits, bias, y,
+                         y_stride, row0, t0, R, T);
 #else
     __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
 #endif

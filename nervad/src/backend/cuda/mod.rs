@@ -1645,67 +1645,46 @@ impl CudaBackend {
         };
         let mut tuning = cuda.tuning;
         tuning.tiled_weights = tiled;
+        // Each family's pair of GEMM kernels (128- and 64-token tiles) granted its dynamic shared
+        // memory, or the device's refusal.
+        let grant = |k: &mut Kernels,
+                     pair: fn(&mut MmaFamily) -> (&mut Kernel, &mut Kernel),
+                     shared: fn(usize) -> u32|
+         -> Result<(), BackendError> {
+            for f in k.mma.iter_mut() {
+                let (wide, narrow) = pair(f);
+                *wide = gpu.with_dynamic_shared(*wide, shared(MMA_GEMM_TOKENS))?;
+                *narrow = gpu.with_dynamic_shared(*narrow, shared(MMA_GEMM_NARROW_TOKENS))?;
+            }
+            Ok(())
+        };
         // The GEMM needs 160 KiB of shared memory per block (sm_80 and sm_90 have it; sm_86 and
         // sm_89 allow 99 KiB): where the device refuses, the register kernels take its launches.
-        if tuning.gemm_from.is_some() {
-            let granted: Result<Vec<(Kernel, Kernel)>, BackendError> = k
-                .mma
-                .iter()
-                .map(|f| {
-                    Ok((
-                        gpu.with_dynamic_shared(f.gemm, MMA_GEMM_SHARED)?,
-                        gpu.with_dynamic_shared(
-                            f.gemm_narrow,
-                            mma_gemm_shared(MMA_GEMM_NARROW_TOKENS),
-                        )?,
-                    ))
-                })
-                .collect();
-            match granted {
-                Ok(g) => k.mma.iter_mut().zip(g).for_each(|(f, (wide, narrow))| {
-                    f.gemm = wide;
-                    f.gemm_narrow = narrow;
-                }),
-                Err(e) => {
-                    tracing::warn!(
-                        arch,
-                        "the fixed-order GEMM needs {MMA_GEMM_SHARED} bytes of shared memory per \
-                         block ({e}); the register kernels run its launches"
-                    );
-                    tuning.gemm_from = None;
-                }
-            }
+        if tuning.gemm_from.is_some()
+            && let Err(e) = grant(
+                &mut k,
+                |f| (&mut f.gemm, &mut f.gemm_narrow),
+                mma_gemm_shared,
+            )
+        {
+            tracing::warn!(
+                arch,
+                "the fixed-order GEMM needs {MMA_GEMM_SHARED} bytes of shared memory per block \
+                 ({e}); the register kernels run its launches"
+            );
+            tuning.gemm_from = None;
         }
-        // The wgmma GEMM: compute capability 9.0 only (its kernels are sm_90a code) and 224 KiB
+        // The wgmma GEMM: compute capability 9.0 only (its kernels are sm_90a code) and 225 KiB
         // of shared memory per block; where either fails the mma.sync GEMM runs its launches.
         tuning.wgmma &= arch == 90 && tuning.gemm_from.is_some();
-        if tuning.wgmma {
-            let granted: Result<Vec<(Kernel, Kernel)>, BackendError> = k
-                .mma
-                .iter()
-                .map(|f| {
-                    Ok((
-                        gpu.with_dynamic_shared(f.wg, wg_gemm_shared(MMA_GEMM_TOKENS))?,
-                        gpu.with_dynamic_shared(
-                            f.wg_narrow,
-                            wg_gemm_shared(MMA_GEMM_NARROW_TOKENS),
-                        )?,
-                    ))
-                })
-                .collect();
-            match granted {
-                Ok(g) => k.mma.iter_mut().zip(g).for_each(|(f, (wide, narrow))| {
-                    f.wg = wide;
-                    f.wg_narrow = narrow;
-                }),
-                Err(e) => {
-                    tracing::warn!(
-                        arch,
-                        "the wgmma GEMM cannot run ({e}); the mma.sync GEMM does"
-                    );
-                    tuning.wgmma = false;
-                }
-            }
+        if tuning.wgmma
+            && let Err(e) = grant(&mut k, |f| (&mut f.wg, &mut f.wg_narrow), wg_gemm_shared)
+        {
+            tracing::warn!(
+                arch,
+                "the wgmma GEMM cannot run ({e}); the mma.sync GEMM does"
+            );
+            tuning.wgmma = false;
         }
         if tuning.cluster_attention {
             let fits = if arch >= 90 {

@@ -677,7 +677,7 @@ struct WgTile {
     static constexpr int FIRST_BYTES = MMA_THREADS * VALS * 4;
     static constexpr int STAGES = BN == 64 ? 8 : 5;
     static constexpr int AHEAD = STAGES - 2;
-    // Dynamic shared memory of a launch (the host's WG_GEMM_SHARED): 1 KiB more, to align the
+    // Dynamic shared memory of a launch (the host's wg_gemm_shared): 1 KiB more, to align the
     // stages to the swizzle atom.
     static constexpr int SMEM = STAGES * STAGE_BYTES + FIRST_BYTES + 1024;
 };

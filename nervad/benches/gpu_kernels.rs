@@ -1,8 +1,9 @@
 //! The projections alone: our GEMV kernels against the read bandwidth measured in the same run,
 //! our tensor-core projection (mma.cuh, the default decode kernel) for 1 to 256 tokens against
 //! the bandwidth and the GEMV — beside it the deep one-n-tile variant and the launch the backend
-//! makes by default (`KernelTuning::default()`, over tiled weights) — and cuBLAS (tensor cores,
-//! bf16 in, f32 out) against them for 1 to 2,048 tokens, with the bf16 GEMM peak.
+//! makes by default (`KernelTuning::default()`, over tiled weights) — and the fixed-order GEMM
+//! (mma.sync, and wgmma on Hopper) and cuBLAS (tensor cores, bf16 in, f32 out) against them for
+//! 1 to 2,048 tokens, with the bf16 GEMM peak.
 //!
 //! ```text
 //! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--mma-tokens 1,8,16,32,64,128,256]
@@ -651,7 +652,7 @@ fn run(cli: &Cli) -> Res<()> {
                 .find(|(md, _, _, _)| *md == shape.mode)
                 .expect("mma family")
                 .clone();
-            // Chain splits as the backend picks them (`gemm_splits`), and the narrow tile unsplit.
+            // Chain splits as the backend picks them (`gemm_splits`).
             let mut gemm_tiles = |variant, tile: usize, split| -> Res<Option<(f64, u32)>> {
                 if m <= 8 {
                     return Ok(None);

@@ -1,44 +1,55 @@
-// Causal grouped-query attention over the paged KV pool, split over the context.
+// Causal grouped-query attention over the paged KV pool, split over the context, on the tensor
+// cores (attn_mma.cuh holds the arithmetic).
 //
 // Split-KV with a fixed split size: the visible span of a query token is cut into tiles of
-// ATTN_TILE positions; block (t, kv head, z) takes tiles z, z + Z, z + 2Z, ... in order and keeps
-// an online softmax over them for every query head of its group; the Z partials of a head are
-// then merged in order z = 0..Z-1. The reduction order of an output depends only on the token's
-// position (never on the batch, the step's other tokens or which kernel runs it), so results are
+// ATTN_TILE positions; split z takes tiles z, z + Z, z + 2Z, ... in order and keeps an online
+// softmax over them for every query head of its group; the Z partials of a head are then merged
+// in order z = 0..Z-1. The reduction order of an output depends only on the token's position
+// (never on the batch, the step's other tokens or which kernel runs it), so results are
 // batch-invariant, and Z blocks per kv head fill the SMs at batch 1.
 //
-// Two entry points share that arithmetic:
+// Entry points, all with the same partials and the same merge:
 //   attn_split + attn_combine – steps with prefill tokens: rope_append has already written the
 //     step's keys and values (a prefill token attends to the step's earlier tokens);
+//   attn_prefill – attn_split for prompt chunks: a block's tokens share each staged KV tile;
 //   attn_decode – steps of one token per sequence: each block rotates its group's queries
 //     itself, the block whose tiles cover the new position writes the new key and value to the
 //     pool (and reads them back), and the last block of a (token, kv head) to finish merges the
-//     partials. One kernel instead of three, and no round trips between them.
+//     partials. One kernel instead of three, and no round trips between them;
+//   attn_decode_serial / attn_decode_cluster – attn_decode with one block computing every split,
+//     or with the split blocks merging through each other's shared memory.
 #include "common.cuh"
 #include "kv.cuh"
 #include "rope.cuh"
+#include "attn_mma.cuh"
 
 #define ATTN_THREADS 256
 #define ATTN_WARPS (ATTN_THREADS / 32)
-#define ATTN_TILE 32
-// Threads per position in the score pass (each takes every eighth 16-byte chunk of the key).
+// Threads per position when a tile is loaded (each takes every eighth 16-byte chunk).
 #define ATTN_PER_POS (ATTN_THREADS / ATTN_TILE)
 #define ATTN_MAX_GROUP 8
 #define ATTN_MAX_DIM 256
-// Value rows each warp has in flight: the whole tile in one pass.
-#define ATTN_VLOADS (ATTN_TILE / ATTN_WARPS)
+// The general kernels (head dims not compiled in): multiples of 16 up to this.
+#define ATTN_GENERAL_DIM 128
+#define ATTN_MAXD(DIM) ((DIM) ? (DIM) : ATTN_GENERAL_DIM)
 // Partials per head (must equal the host's ATTN_SPLITS).
 #define ATTN_SPLITS 16
 
-// Shared memory of one block, for head dimensions up to MAXD.
+// Shared memory of one block, for head dimensions up to MAXD. Query and tile rows are
+// ATTN_ROW(D) elements apart for the runtime D (the arrays are sized for MAXD).
 template <int MAXD>
 struct AttnShared {
-    float qs[ATTN_MAX_GROUP][MAXD];
-    float sc[ATTN_MAX_GROUP][ATTN_TILE];
-    float m_run[ATTN_MAX_GROUP], l_run[ATTN_MAX_GROUP], corr[ATTN_MAX_GROUP];
-    // The warps' value accumulators, merged in two levels (warps w and w + 4 into row w, then
-    // rows 0..3 in order).
-    float red[4][ATTN_MAX_GROUP * MAXD];
+    // The group's rotated queries in the KV type; rows G..15 (the warp's other mma rows) zero.
+    alignas(16) unsigned short qh[16 * ATTN_ROW(MAXD)];
+    union {
+        // The tile being computed: keys, then values.
+        alignas(16) unsigned short kv[2][ATTN_TILE * ATTN_ROW(MAXD)];
+        // attn_decode_cluster: the split's partial o of each head (i = a * D + d), kept for the
+        // merge once the last tile is done.
+        float red[ATTN_MAX_GROUP * MAXD];
+    } u;
+    // attn_decode_cluster: the split's (m, l) of each head.
+    float ml[ATTN_MAX_GROUP][2];
     // Per head of the merge: the splits' weights and the normalizer.
     float wz[ATTN_MAX_GROUP][ATTN_SPLITS];
     float norm[ATTN_MAX_GROUP];
@@ -47,249 +58,132 @@ struct AttnShared {
     alignas(16) unsigned short fresh[2][MAXD];
 };
 
-// `EPL` consecutive elements of a KV row with one load (EPL = 1, 2, 4 or 8).
-template <int EPL, typename KV>
-__device__ __forceinline__ void load_lane(const KV* p, float v[EPL]) {
-    if (EPL == 8) {
-        widen8(*reinterpret_cast<const uint4*>(p), p, v);
-    } else if (EPL == 4) {
-        const uint2 raw = *reinterpret_cast<const uint2*>(p);
-        float w[8];
-        widen8(make_uint4(raw.x, raw.y, 0, 0), p, w);
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) v[e] = w[e];
-    } else {
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) v[e] = widen(p[e]);
-    }
+__device__ __forceinline__ u32 smem_addr(const unsigned short* p) {
+    return (u32)__cvta_generic_to_shared(p);
 }
 
-// One tile's keys and values in registers: thread (p, q) holds key chunks q, q + 8, ... of
-// position p; warp w holds the value rows of positions w, w + 8, ... (lane's EPL elements).
+// One tile's keys and values in registers between its loads and its store to shared memory:
+// thread (p, q) holds 16-byte chunks q, q + 8, ... of position p's key and value rows, zeros past
+// the tile's valid positions.
 template <typename KV, int DIM>
 struct AttnTile {
-    static constexpr int MAXD = DIM ? DIM : ATTN_MAX_DIM;
-    // Head dims per lane in the value pass (D <= 32: one per lane, lanes >= D idle).
-    static constexpr int MAX_EPL = MAXD >= 32 ? MAXD / 32 : 1;
-    // 16-byte key chunks per thread in the score pass.
-    static constexpr int MAX_KCH = MAXD / 8 / ATTN_PER_POS > 0 ? MAXD / 8 / ATTN_PER_POS : 1;
-    uint4 raw[MAX_KCH];
-    float v[ATTN_VLOADS][MAX_EPL];
+    static constexpr int MAXD = ATTN_MAXD(DIM);
+    static constexpr int CH = (MAXD / 8 + ATTN_PER_POS - 1) / ATTN_PER_POS;
+    uint4 k[CH], v[CH];
 
-    // Every load of positions [base, base + n) goes out before any arithmetic: the key chunks of
-    // this thread's position (eight adjacent threads per position) and the value rows of this
-    // warp's positions (warp + 8 u), both addressed through the block table.
+    // Every load of positions [base, base + n) goes out before any use, addressed through the
+    // block table.
     __device__ __forceinline__ void load(const KV* kv, const int* __restrict__ table,
-                                         const KvGeometry& geo, int g, int D, int epl, int base,
-                                         int n) {
-        const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-        const int p = tid / ATTN_PER_POS, q = tid % ATTN_PER_POS;
-        const int kch = D / 8;
+                                         const KvGeometry& geo, int g, int D, int base, int n) {
+        const int p = threadIdx.x / ATTN_PER_POS, q = threadIdx.x % ATTN_PER_POS;
 #pragma unroll
-        for (int u = 0; u < MAX_KCH; ++u) raw[u] = make_uint4(0, 0, 0, 0);
-        if (p < n) {
-            const int j = base + p;
-            const KV* krow = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D;
+        for (int u = 0; u < CH; ++u) k[u] = v[u] = make_uint4(0, 0, 0, 0);
+        if (p >= n) return;
+        const int j = base + p;
+        const int page = table[j / geo.page_tokens];
+        const KV* krow = kv + kv_offset(geo, page, 0, j) + g * D;
+        const KV* vrow = kv + kv_offset(geo, page, 1, j) + g * D;
 #pragma unroll
-            for (int u = 0; u < MAX_KCH; ++u) {
-                const int c = q + u * ATTN_PER_POS;
-                if (c < kch) raw[u] = *reinterpret_cast<const uint4*>(krow + c * 8);
-            }
-        }
-        const bool lane_active = lane * epl < D;
-#pragma unroll
-        for (int u = 0; u < ATTN_VLOADS; ++u) {
-            const int i = warp + u * ATTN_WARPS;
-            if (i < n && lane_active) {
-                const int j = base + i;
-                const KV* vrow = kv + kv_offset(geo, table[j / geo.page_tokens], 1, j) + g * D;
-                load_values(vrow, epl, v[u]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < MAX_EPL; ++e) v[u][e] = 0.f;
+        for (int u = 0; u < CH; ++u) {
+            const int c = q + u * ATTN_PER_POS;
+            if (c < D / 8) {
+                k[u] = *reinterpret_cast<const uint4*>(krow + c * 8);
+                v[u] = *reinterpret_cast<const uint4*>(vrow + c * 8);
             }
         }
     }
 
-    // Position base + i's key and value taken from `fresh` (the bits the pool holds for it)
-    // instead of what `load` read: attn_decode writes that position in the same kernel.
-    __device__ __forceinline__ void patch(const unsigned short (&fresh)[2][MAXD], int D, int epl,
-                                          int i) {
-        const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-        const int p = tid / ATTN_PER_POS, q = tid % ATTN_PER_POS;
-        if (p == i) {
+    // Position i of the tile taken from `fresh` (the bits the pool holds for it) instead of what
+    // `load` read: attn_decode writes that position in the same kernel.
+    __device__ __forceinline__ void patch(const unsigned short (&fresh)[2][MAXD], int D, int i) {
+        const int p = threadIdx.x / ATTN_PER_POS, q = threadIdx.x % ATTN_PER_POS;
+        if (p != i) return;
 #pragma unroll
-            for (int u = 0; u < MAX_KCH; ++u) {
-                const int c = q + u * ATTN_PER_POS;
-                if (c < D / 8) raw[u] = *reinterpret_cast<const uint4*>(&fresh[0][c * 8]);
+        for (int u = 0; u < CH; ++u) {
+            const int c = q + u * ATTN_PER_POS;
+            if (c < D / 8) {
+                k[u] = *reinterpret_cast<const uint4*>(&fresh[0][c * 8]);
+                v[u] = *reinterpret_cast<const uint4*>(&fresh[1][c * 8]);
             }
         }
-        if (i % ATTN_WARPS == warp && lane * epl < D)
-            load_values(reinterpret_cast<const KV*>(&fresh[1][0]), epl, v[i / ATTN_WARPS]);
     }
 
-    // This lane's elements of one value row.
-    __device__ __forceinline__ void load_values(const KV* row, int epl, float out[MAX_EPL]) {
-        const int lane = threadIdx.x & 31;
-        if (DIM) {
-            load_lane<MAX_EPL>(row + lane * MAX_EPL, out);
-        } else {
-            for (int e = 0; e < MAX_EPL; ++e) out[e] = e < epl ? widen(row[lane * epl + e]) : 0.f;
+    __device__ __forceinline__ void store(AttnShared<MAXD>& sh, int D) const {
+        const int p = threadIdx.x / ATTN_PER_POS, q = threadIdx.x % ATTN_PER_POS;
+#pragma unroll
+        for (int u = 0; u < CH; ++u) {
+            const int c = q + u * ATTN_PER_POS;
+            if (c < D / 8) {
+                const int at = p * ATTN_ROW(D) + c * 8;
+                *reinterpret_cast<uint4*>(&sh.u.kv[0][at]) = k[u];
+                *reinterpret_cast<uint4*>(&sh.u.kv[1][at]) = v[u];
+            }
         }
     }
 };
 
-// One head's online-softmax step over a tile, by one warp (lane i: position i): the tile's n
-// scores in `sc` become their weights e^(x - m), and the running max m, sum l and the factor
-// `corr` that rescales the head's accumulators are updated. Every attention kernel takes this
-// step, so their partials have the same bits.
-__device__ __forceinline__ void softmax_step(float* sc, int n, float& m_run, float& l_run,
-                                             float& corr) {
-    const int lane = threadIdx.x & 31;
-    const float x = lane < n ? sc[lane] : -INFINITY;
-    const float mx = warp_max(x);
-    const float m_new = fmaxf(m_run, mx);
-    const float pr = lane < n ? expf(x - m_new) : 0.f;
-    if (lane < n) sc[lane] = pr;
-    const float sum = warp_sum(pr);
-    if (lane == 0) {
-        const float c = m_run == -INFINITY ? 0.f : expf(m_run - m_new);
-        corr = c;
-        l_run = l_run * c + sum;
-        m_run = m_new;
-    }
+// Rows G..15 of the block's query tile zeroed (the mma rows past the group).
+template <int MAXD>
+__device__ __forceinline__ void zero_pad_rows(AttnShared<MAXD>& sh, int G, int D) {
+    for (int i = threadIdx.x; i < (16 - G) * D; i += ATTN_THREADS)
+        sh.qh[(G + i / D) * ATTN_ROW(D) + i % D] = 0;
 }
 
-// Partial attention of token t's query heads g*G .. g*G+G-1 (in sh.qs) over split z of the span
-// [first, first + span), written to part_o / part_ml. DIM is the head dimension when known at
-// compile time (64, 128, 256), else 0 and `head_dim` (≤ 32 and a multiple of 8, or a multiple
-// of 32 up to 256) is used. `kv` is not __restrict__: attn_decode writes the new position's key
-// and value in the same kernel. With PRELOADED, `tile` already holds the split's first tile
-// (attn_decode issues those loads before it rotates the queries). With KEEP the partial stays in
-// shared memory (o in sh.red[0], m and l in sh.m_run / sh.l_run) for a cluster merge instead.
-template <typename KV, int DIM, bool PRELOADED, bool KEEP = false>
-__device__ __forceinline__ void attn_partial(AttnShared<DIM ? DIM : ATTN_MAX_DIM>& sh,
-                                             AttnTile<KV, DIM>& tile, const KV* kv,
-                                             const int* __restrict__ table, KvGeometry geo,
-                                             int t, int g, int z, int Z, int heads, int G,
-                                             int head_dim, int first, int span, float scale,
-                                             float* __restrict__ part_o,
-                                             float* __restrict__ part_ml) {
-    constexpr int MAX_EPL = AttnTile<KV, DIM>::MAX_EPL;
-    constexpr int MAX_KCH = AttnTile<KV, DIM>::MAX_KCH;
-    const int D = DIM ? DIM : head_dim;
-    const int epl = DIM ? MAX_EPL : (D >= 32 ? D / 32 : 1);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (tid < G) {
-        sh.m_run[tid] = -INFINITY;
-        sh.l_run[tid] = 0.f;
+// The partials of token t's query heads g*G .. g*G+G-1 (rows 0..G-1 of sh.qh) for splits
+// z0 .. z1-1 in turn, each over tiles z, z + Z, ... of the span [first, first + span), computed by
+// warp 0 while the other threads load the next tile. Split z's partial goes to part_o / part_ml
+// (entry (t, head, z) of Z per head), or with KEEP stays in shared memory (o in sh.u.red, m and l
+// in sh.ml) for a cluster merge. `tile` holds split z0's first tile on entry. A split with no tile
+// writes the empty partial (o 0, m -inf, l 0), which the merges weigh 0. `kv` is not
+// __restrict__: attn_decode writes the new position's key and value in the same kernel.
+template <typename KV, int DIM, bool KEEP = false>
+__device__ __forceinline__ void attn_partials(AttnShared<ATTN_MAXD(DIM)>& sh,
+                                              AttnTile<KV, DIM>& tile, const KV* kv,
+                                              const int* __restrict__ table, KvGeometry geo,
+                                              int t, int g, int z0, int z1, int Z, int heads,
+                                              int G, int D, int first, int span, float scale,
+                                              float* __restrict__ part_o,
+                                              float* __restrict__ part_ml) {
+    constexpr int MAXD = ATTN_MAXD(DIM);
+    const int warp = threadIdx.x >> 5;
+    AttnRows<KV, MAXD> rows;
+    rows.init();
+    auto write = [&](int z) {
+        const size_t head0 = (size_t)t * heads + g * G;
+        rows.store(
+            D, [&](int r) { return r < G; },
+            [&](int r) { return KEEP ? &sh.u.red[r * D] : part_o + ((head0 + r) * Z + z) * D; },
+            [&](int r) { return KEEP ? sh.ml[r] : part_ml + ((head0 + r) * Z + z) * 2; });
+    };
+    if (z0 * ATTN_TILE >= span) {
+        if (warp == 0) write(z0);
+        return;
     }
-    const bool lane_active = lane * epl < D;
-    float acc[ATTN_MAX_GROUP][MAX_EPL];
-#pragma unroll
-    for (int a = 0; a < ATTN_MAX_GROUP; ++a)
-#pragma unroll
-        for (int e = 0; e < MAX_EPL; ++e) acc[a][e] = 0.f;
-    const int p = tid / ATTN_PER_POS, q = tid % ATTN_PER_POS;
-    const int kch = D / 8;
-    __syncthreads();
-
-    for (int s = z; s * ATTN_TILE < span; s += Z) {
-        const int base = first + s * ATTN_TILE;
-        const int n = min(ATTN_TILE, span - s * ATTN_TILE);
-        if (!PRELOADED || s != z) tile.load(kv, table, geo, g, D, epl, base, n);
-        const uint4* raw = tile.raw;
-        const KV* krow = kv;  // only its type matters to widen8
-        float(&v)[ATTN_VLOADS][MAX_EPL] = tile.v;
-        // Scores: all heads of the group.
-        float dot[ATTN_MAX_GROUP];
-#pragma unroll
-        for (int a = 0; a < ATTN_MAX_GROUP; ++a) dot[a] = 0.f;
-        if (p < n) {
-#pragma unroll
-            for (int u = 0; u < MAX_KCH; ++u) {
-                const int c = q + u * ATTN_PER_POS;
-                if (c >= kch) break;
-                float k8[8];
-                widen8(raw[u], krow, k8);
-#pragma unroll
-                for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
-                    if (a >= G) break;
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) dot[a] = fmaf(sh.qs[a][c * 8 + e], k8[e], dot[a]);
-                }
+    const u32 q = smem_addr(sh.qh), k = smem_addr(sh.u.kv[0]),
+              v = smem_addr(sh.u.kv[1]);
+    for (int z = z0, s = z0;;) {
+        tile.store(sh, D);
+        __syncthreads();
+        // The next tile of this split, else the first of the next split.
+        int nz = z, ns = s + Z;
+        if (ns * ATTN_TILE >= span) nz = ns = z + 1;
+        const bool more = nz < z1 && ns * ATTN_TILE < span;
+        if (more)
+            tile.load(kv, table, geo, g, D, first + ns * ATTN_TILE,
+                      min(ATTN_TILE, span - ns * ATTN_TILE));
+        if (warp == 0) {
+            const int n = min(ATTN_TILE, span - s * ATTN_TILE);
+            rows.tile(q, k, v, D, n, n, scale);
+            if (nz != z) {
+                write(z);
+                rows.init();
             }
         }
-        // A fixed tree over the position's eight threads.
-#pragma unroll
-        for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
-            dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 1);
-            dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 2);
-            dot[a] += __shfl_xor_sync(0xffffffffu, dot[a], 4);
-        }
-        if (p < n && q == 0) {
-#pragma unroll
-            for (int a = 0; a < ATTN_MAX_GROUP; ++a)
-                if (a < G) sh.sc[a][p] = dot[a] * scale;
-        }
+        // Every read of the tile is done before the next store.
         __syncthreads();
-        // Online softmax per head: one warp per head, one lane per position.
-        for (int a = warp; a < G; a += ATTN_WARPS)
-            softmax_step(sh.sc[a], n, sh.m_run[a], sh.l_run[a], sh.corr[a]);
-        __syncthreads();
-        // Values: every warp keeps its own accumulators, merged once at the end.
-#pragma unroll
-        for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
-            if (a >= G) break;
-            const float c = sh.corr[a];
-#pragma unroll
-            for (int e = 0; e < MAX_EPL; ++e) acc[a][e] *= c;
-        }
-#pragma unroll
-        for (int u = 0; u < ATTN_VLOADS; ++u) {
-            const int i = warp + u * ATTN_WARPS;
-            if (i >= n) break;
-#pragma unroll
-            for (int a = 0; a < ATTN_MAX_GROUP; ++a) {
-                if (a >= G) break;
-                const float pr = sh.sc[a][i];
-#pragma unroll
-                for (int e = 0; e < MAX_EPL; ++e) acc[a][e] = fmaf(pr, v[u][e], acc[a][e]);
-            }
-        }
-        __syncthreads();
-    }
-
-    // Merge the warps' accumulators in a fixed order — (w0 + w4) + (w1 + w5) + (w2 + w6) +
-    // (w3 + w7) — then write the partial.
-    static_assert(ATTN_WARPS == 8, "the merge pairs warps w and w + 4");
-    for (int half = 0; half < 2; ++half) {
-        if ((warp >> 2) == half && lane_active) {
-            float* r = sh.red[warp & 3];
-            for (int a = 0; a < G; ++a)
-#pragma unroll
-                for (int e = 0; e < MAX_EPL; ++e)
-                    if (e < epl) {
-                        const int i = a * D + lane * epl + e;
-                        r[i] = half == 0 ? acc[a][e] : r[i] + acc[a][e];
-                    }
-        }
-        __syncthreads();
-    }
-    for (int i = tid; i < G * D; i += ATTN_THREADS) {
-        const float o = ((sh.red[0][i] + sh.red[1][i]) + sh.red[2][i]) + sh.red[3][i];
-        if (KEEP) {
-            sh.red[0][i] = o;  // element i is this thread's alone
-        } else {
-            const int a = i / D, d = i % D;
-            const size_t pi = ((size_t)t * heads + g * G + a) * Z + z;
-            part_o[pi * D + d] = o;
-        }
-    }
-    if (!KEEP && tid < G) {
-        const size_t pi = ((size_t)t * heads + g * G + tid) * Z + z;
-        part_ml[pi * 2] = sh.m_run[tid];
-        part_ml[pi * 2 + 1] = sh.l_run[tid];
+        if (!more) break;
+        z = nz;
+        s = ns;
     }
 }
 
@@ -423,19 +317,19 @@ __device__ __forceinline__ float cluster_load(u32 addr) {
 }
 
 // The partials of attn_decode_cluster: split z's stayed in the shared memory of cluster block z
-// (attn_partial with KEEP): o in red[0], m and l in m_run / l_run.
+// (attn_partials with KEEP): o in u.red, m and l in ml.
 template <int MAXD>
 struct ClusterPartials {
     const AttnShared<MAXD>* sh;
     int head_dim;
     __device__ __forceinline__ float o(int z, int a, int d) const {
-        return cluster_load(cluster_map(&sh->red[0][a * head_dim + d], z));
+        return cluster_load(cluster_map(&sh->u.red[a * head_dim + d], z));
     }
     __device__ __forceinline__ float m(int z, int a) const {
-        return cluster_load(cluster_map(&sh->m_run[a], z));
+        return cluster_load(cluster_map(&sh->ml[a][0], z));
     }
     __device__ __forceinline__ float l(int z, int a) const {
-        return cluster_load(cluster_map(&sh->l_run[a], z));
+        return cluster_load(cluster_map(&sh->ml[a][1], z));
     }
 };
 
@@ -460,7 +354,7 @@ __device__ __forceinline__ void attn_split_body(
     StepMeta meta, const float* __restrict__ q, const KV* kv, const int* __restrict__ tables,
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
     float* __restrict__ part_o, float* __restrict__ part_ml) {
-    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     // rope_append wrote the step's keys and values just before: nothing is read before it ends.
     pdl_enter();
     const int t = blockIdx.x, g = blockIdx.y, z = blockIdx.z;
@@ -469,232 +363,142 @@ __device__ __forceinline__ void attn_split_body(
     const TokenSpan s = token_span(meta, tables, geo, t, window);
     // No tile in this split: attn_combine reads only the splits that hold one.
     if (z * ATTN_TILE >= s.span) return;
-    for (int i = threadIdx.x; i < G * D; i += ATTN_THREADS)
-        sh.qs[i / D][i % D] = q[(size_t)t * heads * D + (g * G + i / D) * D + i % D];
+    KV* qh = reinterpret_cast<KV*>(sh.qh);
+    for (int i = threadIdx.x; i < 16 * D; i += ATTN_THREADS) {
+        const int r = i / D, d = i % D;
+        if (r < G)
+            narrow(q[(size_t)t * heads * D + (g * G + r) * D + d], qh + r * ATTN_ROW(D) + d);
+        else
+            sh.qh[r * ATTN_ROW(D) + d] = 0;
+    }
     AttnTile<KV, DIM> tile;
-    attn_partial<KV, DIM, false>(sh, tile, kv, s.table, geo, t, g, z, gridDim.z, heads, G, D,
-                                 s.first, s.span, scale, part_o, part_ml);
+    tile.load(kv, s.table, geo, g, D, s.first + z * ATTN_TILE,
+              min(ATTN_TILE, s.span - z * ATTN_TILE));
+    attn_partials<KV, DIM>(sh, tile, kv, s.table, geo, t, g, z, z + 1, gridDim.z, heads, G, D,
+                           s.first, s.span, scale, part_o, part_ml);
 }
 
-// attn_split for many query tokens of one sequence (prompt chunks): block (token group, kv head
-// g, split z) takes up to `qt` consecutive tokens, and when they share a block table and a first
-// visible position (one sequence, no sliding window) each KV tile of split z is staged in shared
-// memory once (cp.async, double-buffered) for all of them instead of once per token. Its rows are
-// the (token, query head) pairs, up to ATTN_ROWS; every row goes through attn_partial's exact
-// operations: the same tiles in the same order (a row skips the tiles past its token's span,
-// which attn_partial never visits), the same per-position dot products and shuffle tree, the same
-// online softmax by one warp and the same per-warp value sums merged (w0 + w4) + ... + (w3 + w7).
-// So every partial has attn_split's bits, and attn_combine merges them as before. Tokens that do
-// not share a table or a first position run one after another, each alone.
-#define ATTN_ROWS 16
-#define ATTN_QT_MAX 16
+// attn_split for many query tokens (prompt chunks): block (token group, kv head g, split z) takes
+// ATTN_PREFILL_ROWS (token, query head) rows, 16 per warp (row r: token r / GQ, head r % GQ), and
+// stages each KV tile of split z in shared memory once (cp.async, double-buffered) for all the
+// rows whose token reads it. Consecutive tokens with the same block table and first visible
+// position (one sequence, no sliding window) form a run: the run's tiles go to every warp with a
+// row in it, and the warp's rows of other runs see no valid position in them (no change, see
+// attn_mma.cuh). Every row thus goes through exactly the tiles, order and arithmetic of
+// attn_split, so every partial has its bits, and attn_combine merges them as before.
+#define ATTN_PREFILL_ROWS (16 * ATTN_WARPS)
 
+// Positions [base, base + n) of kv head g (rows of `table`) staged at `dst` (keys, then values,
+// ATTN_TILE rows of ATTN_ROW(DIM) elements each); positions past n zero-filled.
 template <typename KV, int DIM>
-struct PrefillShared {
-    static constexpr int CH = DIM / 8;  // 16-byte chunks per key or value row
-    float qs[ATTN_ROWS][DIM];
-    float sc[ATTN_ROWS][ATTN_TILE];
-    float m_run[ATTN_ROWS], l_run[ATTN_ROWS], corr[ATTN_ROWS];
-    int span[ATTN_QT_MAX], first[ATTN_QT_MAX];
-    const int* table[ATTN_QT_MAX];
-    union {
-        // Two stages of a tile: keys then values, [position][chunk].
-        uint4 kv[2][2][ATTN_TILE][CH];
-        // The warps' value accumulators at the end (as AttnShared::red).
-        float red[4][ATTN_ROWS * DIM];
-    } u;
-};
-
-// Stage the keys and values of positions [base, base + n) of kv head g (rows of `table`) into
-// stage `st`; positions past n are left as they are (no row reads them).
-template <typename KV, int DIM>
-__device__ __forceinline__ void prefill_stage(PrefillShared<KV, DIM>& sh, int st, const KV* kv,
-                                              const int* table, const KvGeometry& geo, int g,
-                                              int base, int n) {
-    constexpr int CH = PrefillShared<KV, DIM>::CH;
+__device__ __forceinline__ void prefill_stage(u32 dst, const KV* kv, const int* table,
+                                              const KvGeometry& geo, int g, int base, int n) {
+    constexpr int CH = DIM / 8;
     for (int i = threadIdx.x; i < 2 * ATTN_TILE * CH; i += ATTN_THREADS) {
         const int kind = i / (ATTN_TILE * CH), p = (i / CH) % ATTN_TILE, c = i % CH;
-        if (p >= n) continue;
-        const int j = base + p;
-        const KV* src = kv + kv_offset(geo, table[j / geo.page_tokens], kind, j) + g * DIM + c * 8;
-        cp_async16((u32)__cvta_generic_to_shared(&sh.u.kv[st][kind][p][c]), src, true);
+        const bool ok = p < n;
+        const KV* src = kv;
+        if (ok) {
+            const int j = base + p;
+            src = kv + kv_offset(geo, table[j / geo.page_tokens], kind, j) + g * DIM + c * 8;
+        }
+        cp_async16(dst + ((kind * ATTN_TILE + p) * ATTN_ROW(DIM) + c * 8) * 2, src, ok);
     }
 }
 
-// GQ: query heads per kv head, compiled in (row r is token r / GQ, head r % GQ); a block takes
-// ATTN_ROWS / GQ tokens.
 template <typename KV, int DIM, int GQ>
 __device__ __forceinline__ void attn_prefill_body(
     StepMeta meta, const float* __restrict__ q, const KV* kv, const int* __restrict__ tables,
     KvGeometry geo, int heads, int window, float scale, float* __restrict__ part_o,
     float* __restrict__ part_ml) {
     static_assert(DIM == 64 || DIM == 128, "attn_prefill serves head dims 64 and 128");
-    static_assert(GQ >= 1 && ATTN_ROWS % GQ == 0, "whole tokens per block");
-    constexpr int G = GQ, qt = ATTN_ROWS / GQ;
-    typedef PrefillShared<KV, DIM> S;
-    constexpr int EPL = DIM / 32;              // value elements per lane
-    constexpr int KCH = DIM / 8 / ATTN_PER_POS;  // key chunks per thread in the score pass
-    __shared__ S sh;
+    static_assert(GQ >= 1 && 16 % GQ == 0, "whole tokens per warp");
+    constexpr int QT = ATTN_PREFILL_ROWS / GQ, ROW = ATTN_ROW(DIM);
+    constexpr int STAGE_BYTES = 2 * ATTN_TILE * ROW * 2;
+    // Dynamic: the rows' queries in the KV type, then two stages (the host's
+    // attn_prefill_shared).
+    extern __shared__ uint4 dyn[];
+    __shared__ int span[QT], first[QT];
+    __shared__ const int* table[QT];
     pdl_enter();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
-    const int t0 = blockIdx.x * qt, nt = min(qt, meta.counts[0] - t0);
+    const int t0 = blockIdx.x * QT, nt = min(QT, meta.counts[0] - t0);
     if (nt <= 0) return;
     if (tid < nt) {
         const TokenSpan s = token_span(meta, tables, geo, t0 + tid, window);
-        sh.span[tid] = s.span;
-        sh.first[tid] = s.first;
-        sh.table[tid] = s.table;
+        span[tid] = s.span;
+        first[tid] = s.first;
+        table[tid] = s.table;
+    }
+    KV* qh = reinterpret_cast<KV*>(dyn);
+    const u32 q_base = (u32)__cvta_generic_to_shared(dyn);
+    const u32 stage0 = q_base + ATTN_PREFILL_ROWS * ROW * 2;
+    for (int i = tid; i < ATTN_PREFILL_ROWS * DIM / 4; i += ATTN_THREADS) {
+        const int r = i / (DIM / 4), d = (i % (DIM / 4)) * 4, j = r / GQ;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (j < nt)
+            x = *reinterpret_cast<const float4*>(
+                q + ((size_t)(t0 + j) * heads + g * GQ + r % GQ) * DIM + d);
+        KV* dst = qh + r * ROW + d;
+        narrow(x.x, dst);
+        narrow(x.y, dst + 1);
+        narrow(x.z, dst + 2);
+        narrow(x.w, dst + 3);
     }
     __syncthreads();
-    bool shared = true;
-    for (int j = 1; j < nt; ++j)
-        shared = shared && sh.table[j] == sh.table[0] && sh.first[j] == sh.first[0];
-    const int passes = shared ? 1 : nt;
-    const int p = tid / ATTN_PER_POS, qq = tid % ATTN_PER_POS;
-    const KV* ktype = kv;  // only its type matters to widen8
-
-    for (int pass = 0; pass < passes; ++pass) {
-        // Tokens j0 .. j0 + tn - 1 of the group; rows r = (j - j0) * G + a.
-        const int j0 = shared ? 0 : pass, tn = shared ? nt : 1, R = tn * G;
-        int span_max = 0;
-        for (int j = 0; j < tn; ++j) span_max = max(span_max, sh.span[j0 + j]);
-        // No tile of this split for any of the pass's tokens: attn_combine reads only the
-        // splits that hold one.
-        if (z * ATTN_TILE >= span_max) continue;
-        const int* table = sh.table[j0];
-        const int first = sh.first[j0];
-        for (int i = tid; i < R * DIM; i += ATTN_THREADS) {
-            const int r = i / DIM, d = i % DIM, j = r / G, a = r % G;
-            sh.qs[r][d] = q[(size_t)(t0 + j0 + j) * heads * DIM + (g * G + a) * DIM + d];
-        }
-        if (tid < R) {
-            sh.m_run[tid] = -INFINITY;
-            sh.l_run[tid] = 0.f;
-        }
-        float acc[ATTN_ROWS][EPL];
-#pragma unroll
-        for (int r = 0; r < ATTN_ROWS; ++r)
-#pragma unroll
-            for (int e = 0; e < EPL; ++e) acc[r][e] = 0.f;
-        // Tile z + k Z is the k-th of this split; stage 0 takes the first.
-        if (z * ATTN_TILE < span_max)
-            prefill_stage<KV, DIM>(sh, 0, kv, table, geo, g, first + z * ATTN_TILE,
-                                   min(ATTN_TILE, span_max - z * ATTN_TILE));
+    AttnRows<KV, DIM> rows;
+    rows.init();
+    // The warp's rows and the tokens of the lane's two rows.
+    const int wr = warp * 16;
+    const int ja = (wr + (lane >> 2)) / GQ, jb = (wr + (lane >> 2) + 8) / GQ;
+    for (int r0 = 0; r0 < nt;) {
+        int r1 = r0 + 1, smax = span[r0];
+        while (r1 < nt && table[r1] == table[r0] && first[r1] == first[r0]) smax = max(smax, span[r1++]);
+        const bool mine = wr / GQ < r1 && (wr + 15) / GQ >= r0;
+        const int* tab = table[r0];
+        const int fst = first[r0];
+        if (z * ATTN_TILE < smax)
+            prefill_stage<KV, DIM>(stage0, kv, tab, geo, g, fst + z * ATTN_TILE,
+                                   min(ATTN_TILE, smax - z * ATTN_TILE));
         cp_async_commit();
         int k = 0;
-        for (int s = z; s * ATTN_TILE < span_max; s += Z, ++k) {
+        for (int s = z; s * ATTN_TILE < smax; s += Z, ++k) {
             const int next = s + Z;
-            if (next * ATTN_TILE < span_max)
-                prefill_stage<KV, DIM>(sh, (k + 1) & 1, kv, table, geo, g,
-                                       first + next * ATTN_TILE,
-                                       min(ATTN_TILE, span_max - next * ATTN_TILE));
+            if (next * ATTN_TILE < smax)
+                prefill_stage<KV, DIM>(stage0 + ((k + 1) & 1) * STAGE_BYTES, kv, tab, geo, g,
+                                       fst + next * ATTN_TILE,
+                                       min(ATTN_TILE, smax - next * ATTN_TILE));
             cp_async_commit();
             cp_async_wait<1>();
             __syncthreads();
-            const int st = k & 1;
-            // Valid positions of this tile for row r's token (≤ 0: the token's span ends before).
-            auto rows_n = [&](int r) {
-                return min(ATTN_TILE, sh.span[j0 + r / G] - s * ATTN_TILE);
-            };
-            // Scores: position p, its chunks qq, qq + 8, ...; every row of the group.
-            float dot[ATTN_ROWS];
-#pragma unroll
-            for (int r = 0; r < ATTN_ROWS; ++r) dot[r] = 0.f;
-#pragma unroll
-            for (int u = 0; u < KCH; ++u) {
-                const int c = qq + u * ATTN_PER_POS;
-                float k8[8];
-                widen8(sh.u.kv[st][0][p][c], ktype, k8);
-#pragma unroll
-                for (int r = 0; r < ATTN_ROWS; ++r) {
-                    if (r >= R) break;
-                    if (p < rows_n(r)) {
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) dot[r] = fmaf(sh.qs[r][c * 8 + e], k8[e], dot[r]);
-                    }
-                }
+            if (mine) {
+                const u32 st = stage0 + (k & 1) * STAGE_BYTES;
+                auto valid = [&](int j) {
+                    return j >= r0 && j < r1 ? span[j] - s * ATTN_TILE : 0;
+                };
+                rows.tile(q_base + wr * ROW * 2, st, st + ATTN_TILE * ROW * 2, DIM, valid(ja),
+                          valid(jb), scale);
             }
-#pragma unroll
-            for (int r = 0; r < ATTN_ROWS; ++r) {
-                dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 1);
-                dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 2);
-                dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 4);
-            }
-            if (qq == 0) {
-#pragma unroll
-                for (int r = 0; r < ATTN_ROWS; ++r)
-                    if (r < R && p < rows_n(r)) sh.sc[r][p] = dot[r] * scale;
-            }
-            __syncthreads();
-            // Online softmax per row: one warp per row, one lane per position.
-            for (int r = warp; r < R; r += ATTN_WARPS) {
-                const int n = rows_n(r);
-                if (n > 0) softmax_step(sh.sc[r], n, sh.m_run[r], sh.l_run[r], sh.corr[r]);
-            }
-            __syncthreads();
-            // Values: warp w takes positions w, w + 8, ... of the tile, lane its EPL elements.
-            float v[ATTN_VLOADS][EPL];
-#pragma unroll
-            for (int uu = 0; uu < ATTN_VLOADS; ++uu) {
-                const int i = warp + uu * ATTN_WARPS;
-                load_lane<EPL>(reinterpret_cast<const KV*>(&sh.u.kv[st][1][i][0]) + lane * EPL,
-                               v[uu]);
-            }
-#pragma unroll
-            for (int r = 0; r < ATTN_ROWS; ++r) {
-                if (r >= R) break;
-                const int n = rows_n(r);
-                if (n <= 0) continue;
-                const float c = sh.corr[r];
-#pragma unroll
-                for (int e = 0; e < EPL; ++e) acc[r][e] *= c;
-#pragma unroll
-                for (int uu = 0; uu < ATTN_VLOADS; ++uu) {
-                    const int i = warp + uu * ATTN_WARPS;
-                    if (i >= n) break;
-                    const float pr = sh.sc[r][i];
-#pragma unroll
-                    for (int e = 0; e < EPL; ++e) acc[r][e] = fmaf(pr, v[uu][e], acc[r][e]);
-                }
-            }
-            // Every read of this stage and of sc is done before either is written again.
+            // Every read of this stage is done before it is staged again.
             __syncthreads();
         }
         cp_async_wait<0>();
-        __syncthreads();
-
-        // Merge the warps' accumulators as attn_partial does, then write the partials.
-        for (int half = 0; half < 2; ++half) {
-            if ((warp >> 2) == half) {
-                float* red = sh.u.red[warp & 3];
-#pragma unroll
-                for (int r = 0; r < ATTN_ROWS; ++r) {
-                    if (r >= R) break;
-#pragma unroll
-                    for (int e = 0; e < EPL; ++e) {
-                        const int i = r * DIM + lane * EPL + e;
-                        red[i] = half == 0 ? acc[r][e] : red[i] + acc[r][e];
-                    }
-                }
-            }
-            __syncthreads();
-        }
-        for (int i = tid; i < R * DIM; i += ATTN_THREADS) {
-            const float o = ((sh.u.red[0][i] + sh.u.red[1][i]) + sh.u.red[2][i]) + sh.u.red[3][i];
-            const int r = i / DIM, d = i % DIM, j = r / G, a = r % G;
-            const size_t pi = ((size_t)(t0 + j0 + j) * heads + g * G + a) * Z + z;
-            part_o[pi * DIM + d] = o;
-        }
-        if (tid < R) {
-            const int j = tid / G, a = tid % G;
-            const size_t pi = ((size_t)(t0 + j0 + j) * heads + g * G + a) * Z + z;
-            part_ml[pi * 2] = sh.m_run[tid];
-            part_ml[pi * 2 + 1] = sh.l_run[tid];
-        }
-        // The next pass rewrites qs, m_run, l_run and the stages.
-        __syncthreads();
+        r0 = r1;
     }
+    // Partials of the rows whose token has a tile in split z (attn_combine reads no others).
+    auto entry = [&](int r) {
+        const int j = (wr + r) / GQ;
+        return ((size_t)(t0 + j) * heads + g * GQ + (wr + r) % GQ) * Z + z;
+    };
+    rows.store(
+        DIM,
+        [&](int r) {
+            const int j = (wr + r) / GQ;
+            return j < nt && z * ATTN_TILE < span[j];
+        },
+        [&](int r) { return part_o + entry(r) * DIM; },
+        [&](int r) { return part_ml + entry(r) * 2; });
 }
 
 // The new position's key (QK-norm, rotated) and value of kv head g, computed from the q|k|v row
@@ -731,7 +535,7 @@ __device__ __forceinline__ void write_new_kv(AttnShared<MAXD>& sh, KV* kv, const
 // in shared memory (KEEP). False for a padding token: the block has nothing to do.
 template <typename KV, int DIM, bool KEEP>
 __device__ __forceinline__ bool decode_split_partial(
-    AttnShared<DIM ? DIM : ATTN_MAX_DIM>& sh, StepMeta meta, const float* __restrict__ qkv,
+    AttnShared<ATTN_MAXD(DIM)>& sh, StepMeta meta, const float* __restrict__ qkv,
     KV* kv, const int* __restrict__ tables, KvGeometry geo, int heads, int kv_heads,
     int head_dim, int window, float scale, const float* __restrict__ q_norm,
     const float* __restrict__ k_norm, float eps, const float* __restrict__ cos_t,
@@ -749,27 +553,28 @@ __device__ __forceinline__ bool decode_split_partial(
     const float* cs = cos_t + (size_t)s.pos * (D / 2);
     const float* sn = sin_t + (size_t)s.pos * (D / 2);
     AttnTile<KV, DIM> tile;
-    const int epl = DIM ? AttnTile<KV, DIM>::MAX_EPL : (D >= 32 ? D / 32 : 1);
     const int first_n = min(ATTN_TILE, s.span - z * ATTN_TILE);
-    if (first_n > 0) tile.load(kv, s.table, geo, g, D, epl, s.first + z * ATTN_TILE, first_n);
+    if (first_n > 0) tile.load(kv, s.table, geo, g, D, s.first + z * ATTN_TILE, first_n);
     pdl_enter();
     // Token 0's blocks ask L2 for the next projections' weights (once the q|k|v projection has
     // stopped reading: asked earlier, they only compete with its drain).
     if (t == 0)
         l2_prefetch(pf, threadIdx.x * gridDim.y * Z + g * Z + z, gridDim.y * Z * ATTN_THREADS);
     for (int a = warp; a < G; a += ATTN_WARPS)
-        rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
+        rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, nullptr,
+                      reinterpret_cast<KV*>(sh.qh) + a * ATTN_ROW(D));
+    zero_pad_rows(sh, G, D);
     const int new_tile = (s.pos - s.first) / ATTN_TILE;
     if (new_tile % Z == z) {
         write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
         // The preloaded tile read the position before it was written: take it from `fresh`.
-        // (A later tile is loaded after attn_partial's first barrier, which orders the pool
+        // (A later tile is loaded after attn_partials' first barrier, which orders the pool
         // writes above before its reads.)
         __syncthreads();
-        if (new_tile == z) tile.patch(sh.fresh, D, epl, s.pos - s.first - z * ATTN_TILE);
+        if (new_tile == z) tile.patch(sh.fresh, D, s.pos - s.first - z * ATTN_TILE);
     }
-    attn_partial<KV, DIM, true, KEEP>(sh, tile, kv, s.table, geo, t, g, z, Z, heads, G, D,
-                                      s.first, s.span, scale, part_o, part_ml);
+    attn_partials<KV, DIM, KEEP>(sh, tile, kv, s.table, geo, t, g, z, z + 1, Z, heads, G, D,
+                                 s.first, s.span, scale, part_o, part_ml);
     return true;
 }
 
@@ -780,7 +585,7 @@ __device__ __forceinline__ void attn_decode_body(
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
     float* part_ml, int* __restrict__ done, float* __restrict__ out, const L2Prefetch& pf) {
-    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     __shared__ int last;
     if (!decode_split_partial<KV, DIM, false>(sh, meta, qkv, kv, tables, geo, heads, kv_heads,
                                               head_dim, window, scale, q_norm, k_norm, eps,
@@ -818,7 +623,7 @@ __device__ __forceinline__ void attn_decode_serial_body(
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
     float* part_ml, float* __restrict__ out, const L2Prefetch& pf) {
-    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     const int t = blockIdx.x, g = blockIdx.y;
     const int tokens = meta.counts[0];
     const TokenSpan s = token_span(meta, tables, geo, t, window);
@@ -829,32 +634,25 @@ __device__ __forceinline__ void attn_decode_serial_body(
     const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
     const float* cs = cos_t + (size_t)s.pos * (D / 2);
     const float* sn = sin_t + (size_t)s.pos * (D / 2);
-    AttnTile<KV, DIM> tile, next;
-    const int epl = DIM ? AttnTile<KV, DIM>::MAX_EPL : (D >= 32 ? D / 32 : 1);
-    tile.load(kv, s.table, geo, g, D, epl, s.first, min(ATTN_TILE, s.span));
+    AttnTile<KV, DIM> tile;
+    tile.load(kv, s.table, geo, g, D, s.first, min(ATTN_TILE, s.span));
     // As in attn_decode: metadata, block table and older KV only, until the projection is done.
     pdl_enter();
     if (t == 0) l2_prefetch(pf, threadIdx.x * gridDim.y + g, gridDim.y * ATTN_THREADS);
     for (int a = warp; a < G; a += ATTN_WARPS)
-        rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, sh.qs[a], nullptr);
+        rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, nullptr,
+                      reinterpret_cast<KV*>(sh.qh) + a * ATTN_ROW(D));
+    zero_pad_rows(sh, G, D);
     write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
     __syncthreads();
     // Split 0's first tile was read before the new position was written; every later load
     // comes after the barrier above and reads it from the pool.
     const int new_tile = (s.pos - s.first) / ATTN_TILE;
-    if (new_tile == 0) tile.patch(sh.fresh, D, epl, s.pos - s.first);
+    if (new_tile == 0) tile.patch(sh.fresh, D, s.pos - s.first);
     const int nz = min(ATTN_SPLITS, (s.span + ATTN_TILE - 1) / ATTN_TILE);
-    for (int z = 0; z < nz; ++z) {
-        if (z + 1 < nz) {
-            const int base = (z + 1) * ATTN_TILE;
-            next.load(kv, s.table, geo, g, D, epl, s.first + base, min(ATTN_TILE, s.span - base));
-        }
-        attn_partial<KV, DIM, true>(sh, tile, kv, s.table, geo, t, g, z, ATTN_SPLITS, heads, G,
-                                    D, s.first, s.span, scale, part_o, part_ml);
-        tile = next;
-    }
-    // The block's own partial writes, visible to all its threads after the barrier.
-    __syncthreads();
+    attn_partials<KV, DIM>(sh, tile, kv, s.table, geo, t, g, 0, nz, ATTN_SPLITS, heads, G, D,
+                           s.first, s.span, scale, part_o, part_ml);
+    // The partial writes (attn_partials ends on a barrier) are visible to the whole block.
     combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D,
                   nz);
 }
@@ -872,7 +670,7 @@ __device__ __forceinline__ void attn_decode_cluster_body(
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* __restrict__ out,
     const L2Prefetch& pf) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     // The cluster spans z: one (token, kv head), so a padding token leaves the whole cluster.
     if (!decode_split_partial<KV, DIM, true>(sh, meta, qkv, kv, tables, geo, heads, kv_heads,
                                              head_dim, window, scale, q_norm, k_norm, eps,
@@ -883,7 +681,7 @@ __device__ __forceinline__ void attn_decode_cluster_body(
     // Every split's partial is complete and visible cluster-wide (release/acquire barrier).
     cluster_sync();
     const int E = G * D, per = (E + Z - 1) / Z;
-    const ClusterPartials<DIM ? DIM : ATTN_MAX_DIM> p{&sh, D};
+    const ClusterPartials<ATTN_MAXD(DIM)> p{&sh, D};
     merge_splits(sh, p, G, D, min(E, z * per), min(E, (z + 1) * per),
                  out + (size_t)t * heads * D + g * G * D, Z);
     // No block may leave while another still reads its shared memory.
@@ -901,7 +699,7 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
                                                   const float* __restrict__ part_ml, int heads,
                                                   int kv_heads, int head_dim, int window,
                                                   float* __restrict__ out) {
-    __shared__ AttnShared<DIM ? DIM : ATTN_MAX_DIM> sh;
+    __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     pdl_enter();
     const int t = blockIdx.x, g = blockIdx.y;
     if (t >= meta.counts[0]) return;

@@ -39,6 +39,7 @@
 #include "common.cuh"
 #include "activation.cuh"
 #include "norm.cuh"
+#include "tensor_core.cuh"
 #include "wgmma.cuh"
 
 #ifndef MMA_TILED
@@ -64,24 +65,6 @@
 
 enum { MIN_RMS = 0, MIN_PLAIN = 1, MIN_HALF = 2 };
 enum { MEPI_STORE = 0, MEPI_ADD = 1, MEPI_GLU = 2 };
-
-__device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], u32 b0, u32 b1,
-                                          const __nv_bfloat16*) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], u32 b0, u32 b1,
-                                          const __half*) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Eight f32 values rounded to W and packed in 16 bytes.
 template <typename W>

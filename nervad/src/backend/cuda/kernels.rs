@@ -33,8 +33,10 @@ macro_rules! kernel_file {
 }
 
 /// Shared headers.
-pub const HEADERS: [Source; 7] = [
+pub const HEADERS: [Source; 9] = [
     kernel_file!("common.cuh"),
+    kernel_file!("tensor_core.cuh"),
+    kernel_file!("attn_mma.cuh"),
     kernel_file!("kv.cuh"),
     kernel_file!("norm.cuh"),
     kernel_file!("rope.cuh"),

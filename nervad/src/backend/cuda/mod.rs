@@ -42,8 +42,19 @@ use step_ledger::{CounterMark, DeviceClock};
 const ATTN_SPLITS: u32 = 16;
 /// Threads per attention block (`ATTN_THREADS` in kernels/attention.cu).
 const ATTN_THREADS: u32 = 256;
-/// (token, query head) rows of one attn_prefill block (attention.cu's ATTN_ROWS).
-const ATTN_PREFILL_ROWS: usize = 16;
+/// (token, query head) rows of one attn_prefill block: 16 per warp (attention.cu's
+/// ATTN_PREFILL_ROWS).
+const ATTN_PREFILL_ROWS: usize = 128;
+/// Dynamic shared memory of an attn_prefill block: the rows' queries and two stages of a KV
+/// tile (keys and values), rows of head_dim + 8 16-bit elements (attention.cu).
+fn attn_prefill_shared(head_dim: usize) -> u32 {
+    ((ATTN_PREFILL_ROWS + 2 * 2 * ATTN_TILE) * (head_dim + 8) * 2) as u32
+}
+/// Key/value positions per attention tile (attn_mma.cuh's ATTN_TILE).
+const ATTN_TILE: usize = 32;
+/// Head dims of the general attention kernels (attention.cu's ATTN_GENERAL_DIM): multiples of
+/// 16 up to this; 256 has its own.
+const ATTN_GENERAL_DIM: usize = 128;
 /// Must match `kernels/attention.cu`.
 const ATTN_MAX_GROUP: usize = 8;
 const ATTN_MAX_DIM: usize = 256;
@@ -1098,13 +1109,13 @@ impl CudaBackend {
                 c.num_attention_heads, c.num_key_value_heads
             )));
         }
-        let dim_ok = hd.is_multiple_of(8) && (hd <= 32 || hd.is_multiple_of(32));
-        if c.gqa_group() > ATTN_MAX_GROUP || hd > ATTN_MAX_DIM || !dim_ok {
+        // The tensor-core attention takes the head dims 16 at a time.
+        let dim_ok = hd.is_multiple_of(16) && (hd <= ATTN_GENERAL_DIM || hd == ATTN_MAX_DIM);
+        if c.gqa_group() > ATTN_MAX_GROUP || !dim_ok {
             return Err(unsupported(format!(
-                "the CUDA attention kernel takes head_dim up to 32 (a multiple of 8) or a \
-                 multiple of 32 up to {ATTN_MAX_DIM} \
-                 and up to {ATTN_MAX_GROUP} query heads per kv head; the model has head_dim \
-                 {hd}, {} per kv head",
+                "the CUDA attention kernel takes head_dim a multiple of 16 up to \
+                 {ATTN_GENERAL_DIM}, or {ATTN_MAX_DIM}, and up to {ATTN_MAX_GROUP} query heads \
+                 per kv head; the model has head_dim {hd}, {} per kv head",
                 c.gqa_group()
             )));
         }
@@ -1673,6 +1684,17 @@ impl CudaBackend {
                  ({e}); the register kernels run its launches"
             );
             tuning.gemm_from = None;
+        }
+        // attn_prefill keeps its rows' queries and two KV stages in dynamic shared memory;
+        // where the device refuses, attn_split takes its launches (the same partials).
+        if let Some(kp) = k.attn_prefill {
+            match gpu.with_dynamic_shared(kp, attn_prefill_shared(config.head_dim)) {
+                Ok(kp) => k.attn_prefill = Some(kp),
+                Err(e) => {
+                    tracing::warn!(arch, "attn_prefill cannot run ({e}); attn_split does");
+                    k.attn_prefill = None;
+                }
+            }
         }
         // The wgmma GEMM: compute capability 9.0 only (its kernels are sm_90a code) and 225 KiB
         // of shared memory per block; where either fails the mma.sync GEMM runs its launches.

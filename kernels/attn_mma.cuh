@@ -1,0 +1,171 @@
+// The arithmetic of every attention kernel, on the tensor cores: one warp runs the online softmax
+// of 16 (token, query head) rows over one tile of ATTN_TILE key/value positions, with mma.sync
+// m16n8k16 (16-bit operands, f32 accumulators).
+//
+// Per tile, for each row (q: the row's rotated query rounded to the KV type):
+//   s_j = (q · k_j as one mma chain over the head dims, 16 at a time in order) * scale, for the
+//         row's valid positions j (the others are -inf and weigh exactly 0);
+//   m'  = max(m, max_j s_j);  p_j = e^(s_j - m');  corr = e^(m - m') (0 while m is -inf);
+//   l   = l * corr + sum_j p_j, the sum in one fixed order: each lane of a quad adds its eight
+//         values (n-tile 0..3, column pair in order), then the quad adds xor 1 and xor 2;
+//   o   = o * corr + P · V, P = p rounded to the KV type, one mma chain over positions 0-15
+//         then 16-31.
+// Each product and difference is rounded on its own (__fmul_rn, __fsub_rn, __fadd_rn; fmaf where
+// the order says fma), so no kernel's compiler may fuse them differently.
+// Every output element of an mma depends only on its own row of A, column of B and accumulator,
+// so none of these bits depends on which warp computes a row, on the other rows of the warp or on
+// where the operands came from: the decode kernels (one token's query heads in a warp, most rows
+// padding) and attn_prefill (16 rows of a prompt chunk per warp) give the same bits, and so the
+// KV a prefill writes is the KV decode would have written. A tile with no valid position for a
+// row leaves the row's state exactly as it was (corr 1, p 0), so a row may take part in tiles
+// past its own span: attn_prefill's rows share tiles with later tokens' rows.
+//
+// Tiles live in shared memory as rows of ATTN_ROW(D) elements (D + 8: the 16 bytes of padding put
+// ldmatrix's eight rows in different banks); positions past the tile's last valid one must hold
+// finite values (the loaders zero them), since 0 · NaN would poison the sum.
+#pragma once
+#include "common.cuh"
+#include "tensor_core.cuh"
+
+#define ATTN_TILE 32
+#define ATTN_ROW(D) ((D) + 8)
+
+// The running state of one split for the 16 rows of a warp. MAXD: the largest head dimension
+// (a multiple of 16); the runtime D (a multiple of 16, ≤ MAXD) bounds every loop.
+template <typename KV, int MAXD>
+struct AttnRows {
+    static_assert(MAXD % 16 == 0, "head dims in steps of 16");
+    static constexpr int NT = MAXD / 8;
+    // o[n][2h + e]: row lane / 4 + 8h, head dim 8n + 2 (lane % 4) + e.
+    float o[NT][4];
+    // Rows lane / 4 and lane / 4 + 8 (each quad holds the same values).
+    float m[2], l[2];
+
+    __device__ __forceinline__ void init() {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.f;
+    }
+
+    // One tile. q: shared address of the warp's 16 query rows; k, v: of the tile's ATTN_TILE key
+    // and value rows (all rows ATTN_ROW(D) elements apart); n0, n1: the tile's valid positions
+    // for rows lane / 4 and lane / 4 + 8 (≤ 0: none).
+    __device__ __forceinline__ void tile(u32 q, u32 k, u32 v, int D, int n0, int n1,
+                                         float scale) {
+        const int lane = threadIdx.x & 31, mi = lane >> 3, rr = lane & 7;
+        const int stride = ATTN_ROW(D) * 2;  // bytes
+        const KV* type = nullptr;
+        // Scores: n-tile j holds positions 8j .. 8j + 7.
+        float s[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < MAXD / 16; ++kk) {
+            if (kk * 16 >= D) break;
+            u32 a[4];
+            ldsm_x4<false>(q + (lane & 15) * stride + (kk * 16 + (lane >> 4) * 8) * 2, a);
+#pragma unroll
+            for (int jp = 0; jp < 2; ++jp) {
+                // Matrix mi: positions of n-tile 2jp + mi / 2, dims kk*16 + 8 (mi % 2).
+                u32 b[4];
+                ldsm_x4<false>(k + ((2 * jp + (mi >> 1)) * 8 + rr) * stride +
+                                   (kk * 16 + (mi & 1) * 8) * 2,
+                               b);
+                mma_16816(s[2 * jp], a, b[0], b[1], type);
+                mma_16816(s[2 * jp + 1], a, b[2], b[3], type);
+            }
+        }
+        // Online softmax of the lane's two rows (h = 0, 1).
+        const int c2 = (lane & 3) * 2;
+        const int n[2] = {n0, n1};
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const bool ok = 8 * j + c2 + e < n[h];
+                    s[j][2 * h + e] = ok ? __fmul_rn(s[j][2 * h + e], scale) : -INFINITY;
+                    mx = fmaxf(mx, s[j][2 * h + e]);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[h], mx);
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const bool ok = 8 * j + c2 + e < n[h];
+                    const float p = ok ? expf(__fsub_rn(s[j][2 * h + e], m_new)) : 0.f;
+                    s[j][2 * h + e] = p;
+                    sum = __fadd_rn(sum, p);
+                }
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            corr[h] = m[h] == -INFINITY ? 0.f : expf(__fsub_rn(m[h], m_new));
+            l[h] = fmaf(l[h], corr[h], sum);
+            m[h] = m_new;
+        }
+#pragma unroll
+        for (int nn = 0; nn < NT; ++nn) {
+            o[nn][0] = __fmul_rn(o[nn][0], corr[0]);
+            o[nn][1] = __fmul_rn(o[nn][1], corr[0]);
+            o[nn][2] = __fmul_rn(o[nn][2], corr[1]);
+            o[nn][3] = __fmul_rn(o[nn][3], corr[1]);
+        }
+        // P as A fragments: k-step kk covers positions 16kk .. 16kk + 15 (n-tiles 2kk, 2kk + 1).
+        u32 pa[2][4];
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+            pa[kk][0] = pack2<KV>(s[2 * kk][0], s[2 * kk][1]);
+            pa[kk][1] = pack2<KV>(s[2 * kk][2], s[2 * kk][3]);
+            pa[kk][2] = pack2<KV>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[kk][3] = pack2<KV>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                if (np * 16 >= D) break;
+                // Matrix mi (transposed): positions 16kk + 8 (mi % 2), dims 16np + 8 (mi / 2).
+                u32 b[4];
+                ldsm_x4<true>(v + (16 * kk + (mi & 1) * 8 + rr) * stride +
+                                  (16 * np + (mi >> 1) * 8) * 2,
+                              b);
+                mma_16816(o[2 * np], pa[kk], b[0], b[1], type);
+                mma_16816(o[2 * np + 1], pa[kk], b[2], b[3], type);
+            }
+    }
+
+    // The rows' partials: row r (0..15 of the warp) where want(r), its D values to o_row(r) and
+    // (m, l) to ml_row(r)[0..1]. For rows of another layout the caller reads o, m and l itself.
+    template <typename Want, typename ORow, typename MlRow>
+    __device__ __forceinline__ void store(int D, Want want, ORow o_row, MlRow ml_row) const {
+        const int lane = threadIdx.x & 31, c2 = (lane & 3) * 2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = (lane >> 2) + 8 * h;
+            if (!want(r)) continue;
+            float* dst = o_row(r);
+#pragma unroll
+            for (int nn = 0; nn < NT; ++nn) {
+                if (nn * 8 >= D) break;
+                *reinterpret_cast<float2*>(dst + nn * 8 + c2) =
+                    make_float2(o[nn][2 * h], o[nn][2 * h + 1]);
+            }
+            if ((lane & 3) == 0) {
+                float* ml = ml_row(r);
+                ml[0] = m[h];
+                ml[1] = l[h];
+            }
+        }
+    }
+};

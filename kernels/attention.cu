@@ -378,31 +378,40 @@ __device__ __forceinline__ void attn_split_body(
                            s.first, s.span, scale, part_o, part_ml);
 }
 
-// attn_split for many query tokens (prompt chunks): block (token group, kv head g, split z) takes
+// attn_split for many query tokens (prompt chunks): block (token group, kv head g, zb) takes
 // ATTN_PREFILL_ROWS (token, query head) rows, 16 per warp (row r: token r / GQ, head r % GQ), and
-// stages each KV tile of split z in shared memory once (cp.async, double-buffered) for all the
-// rows whose token reads it. Consecutive tokens with the same block table and first visible
-// position (one sequence, no sliding window) form a run: the run's tiles go to every warp with a
-// row in it, and the warp's rows of other runs see no valid position in them (no change, see
-// attn_mma.cuh). Every row thus goes through exactly the tiles, order and arithmetic of
-// attn_split, so every partial has its bits, and attn_combine merges them as before.
+// computes their partials of splits zb, zb + ZB, ... (ZB = gridDim.z, the host's choice: every
+// split's arithmetic is the same whichever block runs it), staging each KV tile in shared memory
+// once (cp.async, double-buffered across splits) for all the rows whose token reads it.
+// Consecutive tokens with the same block table and first visible position (one sequence, no
+// sliding window) form a run: the run's tiles go to every warp with a row in it, and the warp's
+// rows of other runs see no valid position in them (no change, see attn_mma.cuh). Every row thus
+// goes through exactly the tiles, order and arithmetic of attn_split, so every partial has its
+// bits, and attn_combine merges them as before. Token groups run last first: causal attention
+// gives the later tokens the most tiles.
 #define ATTN_PREFILL_ROWS (16 * ATTN_WARPS)
 
 // Positions [base, base + n) of kv head g (rows of `table`) staged at `dst` (keys, then values,
-// ATTN_TILE rows of ATTN_ROW(DIM) elements each); positions past n zero-filled.
+// ATTN_TILE rows of ATTN_ROW(DIM) elements each); positions past n zero-filled. Thread tid takes
+// chunk tid % CH of positions tid / CH, + ATTN_THREADS / CH, ..., key and value (one page lookup).
 template <typename KV, int DIM>
 __device__ __forceinline__ void prefill_stage(u32 dst, const KV* kv, const int* table,
                                               const KvGeometry& geo, int g, int base, int n) {
-    constexpr int CH = DIM / 8;
-    for (int i = threadIdx.x; i < 2 * ATTN_TILE * CH; i += ATTN_THREADS) {
-        const int kind = i / (ATTN_TILE * CH), p = (i / CH) % ATTN_TILE, c = i % CH;
+    constexpr int CH = DIM / 8, PSTEP = ATTN_THREADS / CH;
+    static_assert(ATTN_THREADS % CH == 0 && PSTEP <= ATTN_TILE, "whole positions per pass");
+    const int c = threadIdx.x % CH;
+    const size_t to_v = (size_t)geo.page_tokens * geo.kv_dim;  // key row → value row
+#pragma unroll
+    for (int p = threadIdx.x / CH; p < ATTN_TILE; p += PSTEP) {
         const bool ok = p < n;
         const KV* src = kv;
         if (ok) {
             const int j = base + p;
-            src = kv + kv_offset(geo, table[j / geo.page_tokens], kind, j) + g * DIM + c * 8;
+            src = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * DIM + c * 8;
         }
-        cp_async16(dst + ((kind * ATTN_TILE + p) * ATTN_ROW(DIM) + c * 8) * 2, src, ok);
+        const u32 at = dst + (p * ATTN_ROW(DIM) + c * 8) * 2;
+        cp_async16(at, src, ok);
+        cp_async16(at + ATTN_TILE * ATTN_ROW(DIM) * 2, ok ? src + to_v : kv, ok);
     }
 }
 
@@ -413,7 +422,7 @@ __device__ __forceinline__ void attn_prefill_body(
     float* __restrict__ part_ml) {
     static_assert(DIM == 64 || DIM == 128, "attn_prefill serves head dims 64 and 128");
     static_assert(GQ >= 1 && 16 % GQ == 0, "whole tokens per warp");
-    constexpr int QT = ATTN_PREFILL_ROWS / GQ, ROW = ATTN_ROW(DIM);
+    constexpr int QT = ATTN_PREFILL_ROWS / GQ, ROW = ATTN_ROW(DIM), Z = ATTN_SPLITS;
     constexpr int STAGE_BYTES = 2 * ATTN_TILE * ROW * 2;
     // Dynamic: the rows' queries in the KV type, then two stages (the host's
     // attn_prefill_shared).
@@ -422,8 +431,8 @@ __device__ __forceinline__ void attn_prefill_body(
     __shared__ const int* table[QT];
     pdl_enter();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = blockIdx.y, z = blockIdx.z, Z = gridDim.z;
-    const int t0 = blockIdx.x * QT, nt = min(QT, meta.counts[0] - t0);
+    const int g = blockIdx.y, zb = blockIdx.z, ZB = gridDim.z;
+    const int t0 = (gridDim.x - 1 - blockIdx.x) * QT, nt = min(QT, meta.counts[0] - t0);
     if (nt <= 0) return;
     if (tid < nt) {
         const TokenSpan s = token_span(meta, tables, geo, t0 + tid, window);
@@ -434,71 +443,92 @@ __device__ __forceinline__ void attn_prefill_body(
     KV* qh = reinterpret_cast<KV*>(dyn);
     const u32 q_base = (u32)__cvta_generic_to_shared(dyn);
     const u32 stage0 = q_base + ATTN_PREFILL_ROWS * ROW * 2;
-    for (int i = tid; i < ATTN_PREFILL_ROWS * DIM / 4; i += ATTN_THREADS) {
-        const int r = i / (DIM / 4), d = (i % (DIM / 4)) * 4, j = r / GQ;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (j < nt)
-            x = *reinterpret_cast<const float4*>(
-                q + ((size_t)(t0 + j) * heads + g * GQ + r % GQ) * DIM + d);
-        KV* dst = qh + r * ROW + d;
-        narrow(x.x, dst);
-        narrow(x.y, dst + 1);
-        narrow(x.z, dst + 2);
-        narrow(x.w, dst + 3);
+    // The queries: four 16-byte loads in flight per thread, then rounded to the KV type.
+    constexpr int Q4 = ATTN_PREFILL_ROWS * DIM / 4, QUNROLL = 4;
+    static_assert(Q4 % (ATTN_THREADS * QUNROLL) == 0, "whole passes");
+    for (int i0 = tid; i0 < Q4; i0 += ATTN_THREADS * QUNROLL) {
+        float4 x[QUNROLL];
+#pragma unroll
+        for (int u = 0; u < QUNROLL; ++u) {
+            const int i = i0 + u * ATTN_THREADS;
+            const int r = i / (DIM / 4), d = (i % (DIM / 4)) * 4, j = r / GQ;
+            x[u] = j < nt ? *reinterpret_cast<const float4*>(
+                                q + ((size_t)(t0 + j) * heads + g * GQ + r % GQ) * DIM + d)
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < QUNROLL; ++u) {
+            const int i = i0 + u * ATTN_THREADS;
+            const int r = i / (DIM / 4), d = (i % (DIM / 4)) * 4;
+            uint2 packed;
+            packed.x = pack2<KV>(x[u].x, x[u].y);
+            packed.y = pack2<KV>(x[u].z, x[u].w);
+            *reinterpret_cast<uint2*>(qh + r * ROW + d) = packed;
+        }
     }
     __syncthreads();
     AttnRows<KV, DIM> rows;
-    rows.init();
     // The warp's rows and the tokens of the lane's two rows.
     const int wr = warp * 16;
     const int ja = (wr + (lane >> 2)) / GQ, jb = (wr + (lane >> 2) + 8) / GQ;
     for (int r0 = 0; r0 < nt;) {
         int r1 = r0 + 1, smax = span[r0];
-        while (r1 < nt && table[r1] == table[r0] && first[r1] == first[r0]) smax = max(smax, span[r1++]);
+        while (r1 < nt && table[r1] == table[r0] && first[r1] == first[r0])
+            smax = max(smax, span[r1++]);
         const bool mine = wr / GQ < r1 && (wr + 15) / GQ >= r0;
         const int* tab = table[r0];
         const int fst = first[r0];
-        if (z * ATTN_TILE < smax)
-            prefill_stage<KV, DIM>(stage0, kv, tab, geo, g, fst + z * ATTN_TILE,
-                                   min(ATTN_TILE, smax - z * ATTN_TILE));
-        cp_async_commit();
-        int k = 0;
-        for (int s = z; s * ATTN_TILE < smax; s += Z, ++k) {
-            const int next = s + Z;
-            if (next * ATTN_TILE < smax)
-                prefill_stage<KV, DIM>(stage0 + ((k + 1) & 1) * STAGE_BYTES, kv, tab, geo, g,
-                                       fst + next * ATTN_TILE,
-                                       min(ATTN_TILE, smax - next * ATTN_TILE));
+        // The run's tiles: split z = zb, zb + ZB, ... (those with a tile), tiles z, z + Z, ...
+        if (zb * ATTN_TILE < smax) {
+            prefill_stage<KV, DIM>(stage0, kv, tab, geo, g, fst + zb * ATTN_TILE,
+                                   min(ATTN_TILE, smax - zb * ATTN_TILE));
             cp_async_commit();
-            cp_async_wait<1>();
-            __syncthreads();
-            if (mine) {
-                const u32 st = stage0 + (k & 1) * STAGE_BYTES;
-                auto valid = [&](int j) {
-                    return j >= r0 && j < r1 ? span[j] - s * ATTN_TILE : 0;
-                };
-                rows.tile(q_base + wr * ROW * 2, st, st + ATTN_TILE * ROW * 2, DIM, valid(ja),
-                          valid(jb), scale);
+            for (int z = zb, s = zb, k = 0;; ++k) {
+                int nz = z, ns = s + Z;
+                if (ns * ATTN_TILE >= smax) nz = ns = z + ZB;
+                const bool more = nz < Z && ns * ATTN_TILE < smax;
+                if (more)
+                    prefill_stage<KV, DIM>(stage0 + ((k + 1) & 1) * STAGE_BYTES, kv, tab, geo,
+                                           g, fst + ns * ATTN_TILE,
+                                           min(ATTN_TILE, smax - ns * ATTN_TILE));
+                cp_async_commit();
+                cp_async_wait<1>();
+                __syncthreads();
+                if (mine) {
+                    if (s == z) rows.init();
+                    const u32 st = stage0 + (k & 1) * STAGE_BYTES;
+                    auto valid = [&](int j) {
+                        return j >= r0 && j < r1 ? span[j] - s * ATTN_TILE : 0;
+                    };
+                    rows.tile(q_base + wr * ROW * 2, st, st + ATTN_TILE * ROW * 2, DIM,
+                              valid(ja), valid(jb), scale);
+                    if (nz != z) {
+                        // Split z done: the partials of the run's rows whose token has a tile
+                        // in it (attn_combine reads no others).
+                        auto entry = [&](int r) {
+                            const int j = (wr + r) / GQ;
+                            return ((size_t)(t0 + j) * heads + g * GQ + (wr + r) % GQ) * Z + z;
+                        };
+                        rows.store(
+                            DIM,
+                            [&](int r) {
+                                const int j = (wr + r) / GQ;
+                                return j >= r0 && j < r1 && z * ATTN_TILE < span[j];
+                            },
+                            [&](int r) { return part_o + entry(r) * DIM; },
+                            [&](int r) { return part_ml + entry(r) * 2; });
+                    }
+                }
+                // Every read of this stage is done before it is staged again.
+                __syncthreads();
+                if (!more) break;
+                z = nz;
+                s = ns;
             }
-            // Every read of this stage is done before it is staged again.
-            __syncthreads();
+            cp_async_wait<0>();
         }
-        cp_async_wait<0>();
         r0 = r1;
     }
-    // Partials of the rows whose token has a tile in split z (attn_combine reads no others).
-    auto entry = [&](int r) {
-        const int j = (wr + r) / GQ;
-        return ((size_t)(t0 + j) * heads + g * GQ + (wr + r) % GQ) * Z + z;
-    };
-    rows.store(
-        DIM,
-        [&](int r) {
-            const int j = (wr + r) / GQ;
-            return j < nt && z * ATTN_TILE < span[j];
-        },
-        [&](int r) { return part_o + entry(r) * DIM; },
-        [&](int r) { return part_ml + entry(r) * 2; });
 }
 
 // The new position's key (QK-norm, rotated) and value of kv head g, computed from the q|k|v row

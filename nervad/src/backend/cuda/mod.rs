@@ -50,6 +50,14 @@ const ATTN_PREFILL_ROWS: usize = 128;
 fn attn_prefill_shared(head_dim: usize) -> u32 {
     ((ATTN_PREFILL_ROWS + 2 * 2 * ATTN_TILE) * (head_dim + 8) * 2) as u32
 }
+/// Blocks per (token group, kv head) of attn_prefill, each taking every so-many-th split: enough
+/// for four blocks per SM (two run at once; the rest even out causal attention's unequal token
+/// groups), no more than the splits. Which block runs a split changes none of its bits.
+fn prefill_split_blocks(group_blocks: usize, sms: usize) -> u32 {
+    (4 * sms)
+        .div_ceil(group_blocks.max(1))
+        .clamp(1, ATTN_SPLITS as usize) as u32
+}
 /// Key/value positions per attention tile (attn_mma.cuh's ATTN_TILE).
 const ATTN_TILE: usize = 32;
 /// Head dims of the general attention kernels (attention.cu's ATTN_GENERAL_DIM): multiples of
@@ -2388,9 +2396,17 @@ impl CudaBackend {
             .arg(&b.tables.ptr)
             .arg(&geo)
             .arg(&heads);
-        let (kernel, blocks, args) = match self.k.attn_prefill {
-            Some(k) if self.tuning.prefill_attention => (k, t.div_ceil(tokens_per_block), args),
-            _ => (self.k.attn_split, t, args.arg(&kv_heads).arg(&hd)),
+        let (kernel, grid, args) = match self.k.attn_prefill {
+            Some(k) if self.tuning.prefill_attention => {
+                let groups = t.div_ceil(tokens_per_block);
+                let zb = prefill_split_blocks(groups * kv_heads as usize, self.sms as usize);
+                (k, (groups as u32, kv_heads as u32, zb), args)
+            }
+            _ => (
+                self.k.attn_split,
+                (t as u32, kv_heads as u32, ATTN_SPLITS),
+                args.arg(&kv_heads).arg(&hd),
+            ),
         };
         let args = args
             .arg(&window)
@@ -2401,16 +2417,9 @@ impl CudaBackend {
         // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
         // float* part_o, float* part_ml), or attn_prefill_*_g{group} without kv_heads and
         // head_dim over blocks of ATTN_PREFILL_ROWS / group tokens (the kernel loaded for this
-        // model's group size): partial buffers hold max_step_tokens × heads × ATTN_SPLITS
-        // entries; reads stay within positions the block tables cover.
-        unsafe {
-            self.gpu.launch(
-                kernel,
-                (blocks as u32, kv_heads as u32, ATTN_SPLITS),
-                ATTN_THREADS,
-                args,
-            )
-        }?;
+        // model's group size, grid z ≤ ATTN_SPLITS): partial buffers hold max_step_tokens ×
+        // heads × ATTN_SPLITS entries; reads stay within positions the block tables cover.
+        unsafe { self.gpu.launch(kernel, grid, ATTN_THREADS, args) }?;
         // SAFETY: attn_combine_*(StepMeta, const float* part_o, const float* part_ml,
         // int heads, int kv_heads, int head_dim, int window, float* out): same partial layout
         // (it reads the splits with a tile of the token's span, the ones written above); out

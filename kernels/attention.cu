@@ -640,12 +640,39 @@ __device__ __forceinline__ void attn_decode_body(
     if (threadIdx.x == 0) done[t * kv_heads + g] = 0;
 }
 
+// Warps of attn_decode_serial that compute, each with two tile stages of its own in dynamic
+// shared memory (about 140 KiB in all: the host's attn_serial_shared).
+#define ATTN_SERIAL_WARPS(DIM) (ATTN_MAXD(DIM) <= 64 ? 8 : ATTN_MAXD(DIM) <= 128 ? 4 : 2)
+
+// One warp stages positions [base, base + n) of kv head g at `dst` (keys, then values, rows of
+// ATTN_ROW(D) elements); positions past n zero-filled. Lane takes chunk lane % CH of every
+// 32 / CH-th position (CH = D / 8 chunks per row, or 32 lanes per row past D = 256).
+template <typename KV, int MAXD>
+__device__ __forceinline__ void serial_stage(u32 dst, const KV* kv, const int* table,
+                                             const KvGeometry& geo, int g, int D, int base, int n) {
+    const int lane = threadIdx.x & 31, ch = D / 8;
+    const int per = ch < 32 ? 32 / ch : 1;  // positions per pass (ch divides 32 for D ≤ 256)
+    const size_t to_v = (size_t)geo.page_tokens * geo.kv_dim;
+    if (lane >= per * ch) return;
+    for (int p = lane / ch; p < ATTN_TILE; p += per) {
+        const bool ok = p < n;
+        const int j = base + p;
+        const KV* row = ok ? kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D : kv;
+        for (int c = lane % ch; c < ch; c += 32) {
+            const u32 at = dst + (p * ATTN_ROW(D) + c * 8) * 2;
+            cp_async16(at, ok ? row + c * 8 : kv, ok);
+            cp_async16(at + ATTN_TILE * ATTN_ROW(D) * 2, ok ? row + c * 8 + to_v : kv, ok);
+        }
+    }
+}
+
 // attn_decode for large batches: one block per (token, kv head) computes the partials of the
-// splits that hold a tile, z = 0, 1, ... in turn, and merges them itself. Each split's partial is
-// attn_decode's (the same tiles in the same order, the same arithmetic), and so is the merge, so
-// the two kernels give the same bits; this one needs no counter, fence or second block, and
-// its blocks stream many tiles each (split z + 1's first tile loads while split z is computed)
-// where attn_decode would launch Z blocks of a tile or two per token.
+// splits that hold a tile and merges them itself. Its computing warps take splits w, w + W, ...,
+// each streaming its own tiles through two stages (cp.async) while it computes, so a block keeps
+// 2W tiles moving. Each split's partial is attn_decode's (the same tiles in the same order, the
+// same arithmetic), and so is the merge, so the two kernels give the same bits; this one needs no
+// counter, fence or second block where attn_decode would launch Z blocks of a tile or two per
+// token.
 template <typename KV, int DIM>
 __device__ __forceinline__ void attn_decode_serial_body(
     StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
@@ -664,8 +691,24 @@ __device__ __forceinline__ void attn_decode_serial_body(
     const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
     const float* cs = cos_t + (size_t)s.pos * (D / 2);
     const float* sn = sin_t + (size_t)s.pos * (D / 2);
-    AttnTile<KV, DIM> tile;
-    tile.load(kv, s.table, geo, g, D, s.first, min(ATTN_TILE, s.span));
+    constexpr int MAXD = ATTN_MAXD(DIM), W = ATTN_SERIAL_WARPS(DIM);
+    constexpr int STAGE = 2 * ATTN_TILE * ATTN_ROW(MAXD) * 2;  // bytes: keys, then values
+    // Dynamic: two stages per computing warp (the host's attn_serial_shared).
+    extern __shared__ uint4 dyn[];
+    const u32 stages = (u32)__cvta_generic_to_shared(dyn) + warp * 2 * STAGE;
+    const int nz = min(ATTN_SPLITS, (s.span + ATTN_TILE - 1) / ATTN_TILE);
+    // Warp w computes splits w, w + W, ...: the flat walk over its (split, tile) pairs.
+    auto next = [&](int& z, int& tl) {
+        tl += ATTN_SPLITS;
+        if (tl * ATTN_TILE >= s.span) tl = z += W;
+    };
+    auto stage = [&](int k, int tl) {
+        serial_stage<KV, MAXD>(stages + (k & 1) * STAGE, kv, s.table, geo, g, D,
+                               s.first + tl * ATTN_TILE, min(ATTN_TILE, s.span - tl * ATTN_TILE));
+        cp_async_commit();
+    };
+    // The warp's first tile reads older KV only: it loads while the projection drains.
+    if (warp < W && warp < nz) stage(0, warp);
     // As in attn_decode: metadata, block table and older KV only, until the projection is done.
     pdl_enter();
     if (t == 0) l2_prefetch(pf, threadIdx.x * gridDim.y + g, gridDim.y * ATTN_THREADS);
@@ -675,14 +718,55 @@ __device__ __forceinline__ void attn_decode_serial_body(
     zero_pad_rows(sh, G, D);
     write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
     __syncthreads();
-    // Split 0's first tile was read before the new position was written; every later load
-    // comes after the barrier above and reads it from the pool.
-    const int new_tile = (s.pos - s.first) / ATTN_TILE;
-    if (new_tile == 0) tile.patch(sh.fresh, D, s.pos - s.first);
-    const int nz = min(ATTN_SPLITS, (s.span + ATTN_TILE - 1) / ATTN_TILE);
-    attn_partials<KV, DIM>(sh, tile, kv, s.table, geo, t, g, 0, nz, ATTN_SPLITS, heads, G, D,
-                           s.first, s.span, scale, part_o, part_ml);
-    // The partial writes (attn_partials ends on a barrier) are visible to the whole block.
+    const int new_at = s.pos - s.first;  // the new position within the span
+    if (warp < W && warp < nz) {
+        AttnRows<KV, MAXD> rows;
+        rows.init();
+        const u32 q = smem_addr(sh.qh);
+        for (int z = warp, tl = warp, k = 0; z < nz; ++k) {
+            int nzz = z, ntl = tl;
+            next(nzz, ntl);
+            if (nzz < nz) stage(k + 1, ntl);
+            else cp_async_commit();
+            cp_async_wait<1>();
+            __syncwarp();
+            const u32 st = stages + (k & 1) * STAGE;
+            // A tile staged before the new position was written (or racing that write) takes
+            // the position from `fresh`, the bits the pool holds for it.
+            if (new_at / ATTN_TILE == tl) {
+                const int i = new_at - tl * ATTN_TILE;
+                for (int c = lane; c < D / 8; c += 32) {
+                    const u32 at = st + (i * ATTN_ROW(D) + c * 8) * 2;
+                    const uint4 kk = *reinterpret_cast<const uint4*>(&sh.fresh[0][c * 8]);
+                    const uint4 vv = *reinterpret_cast<const uint4*>(&sh.fresh[1][c * 8]);
+                    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(at), "r"(kk.x),
+                                 "r"(kk.y), "r"(kk.z), "r"(kk.w)
+                                 : "memory");
+                    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(at + ATTN_TILE * ATTN_ROW(D) * 2),
+                                 "r"(vv.x), "r"(vv.y), "r"(vv.z), "r"(vv.w)
+                                 : "memory");
+                }
+                __syncwarp();
+            }
+            const int n = min(ATTN_TILE, s.span - tl * ATTN_TILE);
+            rows.tile(q, st, st + ATTN_TILE * ATTN_ROW(D) * 2, D, n, n, scale);
+            if (nzz != z) {
+                const size_t head0 = (size_t)t * heads + g * G;
+                rows.store(
+                    D, [&](int r) { return r < G; },
+                    [&](int r) { return part_o + ((head0 + r) * ATTN_SPLITS + z) * D; },
+                    [&](int r) { return part_ml + ((head0 + r) * ATTN_SPLITS + z) * 2; });
+                rows.init();
+            }
+            // Every lane's reads of this stage are done before it is staged again.
+            __syncwarp();
+            z = nzz;
+            tl = ntl;
+        }
+        cp_async_wait<0>();
+    }
+    // Every split's partial written (global memory, visible to the block after the barrier).
+    __syncthreads();
     combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D,
                   nz);
 }

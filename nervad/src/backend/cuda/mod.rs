@@ -50,6 +50,22 @@ const ATTN_PREFILL_ROWS: usize = 128;
 fn attn_prefill_shared(head_dim: usize) -> u32 {
     ((ATTN_PREFILL_ROWS + 2 * 2 * ATTN_TILE) * (head_dim + 8) * 2) as u32
 }
+/// Dynamic shared memory of an attn_decode_serial block: two tile stages (keys and values) for
+/// each computing warp, rows sized for the kernel's largest head dim (attention.cu's
+/// ATTN_SERIAL_WARPS and ATTN_MAXD).
+fn attn_serial_shared(head_dim: usize) -> u32 {
+    let maxd = if matches!(head_dim, 64 | 128 | 256) {
+        head_dim
+    } else {
+        ATTN_GENERAL_DIM
+    };
+    let warps = match maxd {
+        ..=64 => 8,
+        ..=128 => 4,
+        _ => 2,
+    };
+    (warps * 2 * 2 * ATTN_TILE * (maxd + 8) * 2) as u32
+}
 /// Blocks per (token group, kv head) of attn_prefill, each taking every so-many-th split: enough
 /// for four blocks per SM (two run at once; the rest even out causal attention's unequal token
 /// groups), no more than the splits. Which block runs a split changes none of its bits.
@@ -1701,6 +1717,22 @@ impl CudaBackend {
                 Err(e) => {
                     tracing::warn!(arch, "attn_prefill cannot run ({e}); attn_split does");
                     k.attn_prefill = None;
+                }
+            }
+        }
+        // attn_decode_serial streams each computing warp's tiles through two stages of dynamic
+        // shared memory; where the device refuses, the split blocks (attn_decode) run its
+        // launches (the same bits).
+        if tuning.serial_attention_from.is_some() {
+            match gpu.with_dynamic_shared(k.attn_decode_serial, attn_serial_shared(config.head_dim))
+            {
+                Ok(ks) => k.attn_decode_serial = ks,
+                Err(e) => {
+                    tracing::warn!(
+                        arch,
+                        "attn_decode_serial cannot run ({e}); attn_decode does"
+                    );
+                    tuning.serial_attention_from = None;
                 }
             }
         }

@@ -60,8 +60,8 @@ fn attn_serial_shared(head_dim: usize) -> u32 {
         ATTN_GENERAL_DIM
     };
     let warps = match maxd {
-        ..=64 => 8,
-        ..=128 => 4,
+        0..=64 => 8,
+        65..=128 => 4,
         _ => 2,
     };
     (warps * 2 * 2 * ATTN_TILE * (maxd + 8) * 2) as u32

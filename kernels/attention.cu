@@ -28,7 +28,6 @@
 // Threads per position when a tile is loaded (each takes every eighth 16-byte chunk).
 #define ATTN_PER_POS (ATTN_THREADS / ATTN_TILE)
 #define ATTN_MAX_GROUP 8
-#define ATTN_MAX_DIM 256
 // The general kernels (head dims not compiled in): multiples of 16 up to this.
 #define ATTN_GENERAL_DIM 128
 #define ATTN_MAXD(DIM) ((DIM) ? (DIM) : ATTN_GENERAL_DIM)

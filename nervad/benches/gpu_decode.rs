@@ -70,15 +70,26 @@ struct Args {
     bench: bool,
 }
 
+/// Tokens emitted, in all and per request tag.
 #[derive(Default)]
 struct Tally {
     tokens: usize,
+    per_tag: std::collections::HashMap<u64, usize>,
+}
+
+impl Tally {
+    /// Whether every request of tags `tags` has emitted at least `n` tokens.
+    fn all_have(&self, tags: std::ops::RangeInclusive<u64>, n: usize) -> bool {
+        tags.into_iter()
+            .all(|t| self.per_tag.get(&t).is_some_and(|&k| k >= n))
+    }
 }
 
 impl EventSink for Tally {
     fn emit(&mut self, event: EngineEvent<'_>) {
-        if let EngineEvent::Tokens { ids, .. } = event {
+        if let EngineEvent::Tokens { key, ids, .. } = event {
             self.tokens += ids.len();
+            *self.per_tag.entry(key.tag).or_default() += ids.len();
         }
     }
 }
@@ -229,8 +240,12 @@ fn main() {
                 .expect("submit");
         }
         let mut sink = Tally::default();
-        // Prefill (one step per 256 prompt tokens of every sequence) and 8 decode warm-up steps.
-        while sink.tokens < 8 * n {
+        // Prefill (one step per 256 prompt tokens of every sequence) and 8 decode warm-up steps
+        // of every sequence: a sequence whose prompt the prefix cache already holds (an earlier
+        // batch row submitted the same prompt) decodes at once, and the timed steps must not
+        // still carry the others' prompt chunks.
+        let tags = tag + 1 - n as u64..=tag;
+        while !sink.all_have(tags.clone(), 8) {
             assert!(
                 engine.step(&mut sink),
                 "the requests ended during warm-up (see the log)"

@@ -3172,6 +3172,26 @@ mod tests {
     }
 
     #[test]
+    fn attention_blocks_and_shared_memory_follow_the_kernels() {
+        // qwen3-8b (4 query heads per kv head): a 2,048-token prompt is 64 token groups × 8 kv
+        // heads, two splits per block give four blocks per SM; 512 tokens need five; a huge
+        // step one; never more than the splits.
+        assert_eq!(prefill_split_blocks(64 * 8, SMS), 2);
+        assert_eq!(prefill_split_blocks(16 * 8, SMS), 5);
+        assert_eq!(prefill_split_blocks(1 << 20, SMS), 1);
+        assert_eq!(prefill_split_blocks(1, SMS), ATTN_SPLITS);
+        // Queries of 128 rows and two stages of 32 keys + 32 values, rows padded by 8.
+        assert_eq!(attn_prefill_shared(128), (128 + 128) * 136 * 2);
+        // Two stages per computing warp (8, 4, 2 by head dim; the general kernel is sized for
+        // 128): about 140 KiB, so the block fits beside its static shared memory on sm_80+.
+        assert_eq!(attn_serial_shared(128), 4 * 2 * 2 * 32 * 136 * 2);
+        assert_eq!(attn_serial_shared(16), attn_serial_shared(128));
+        for hd in [16, 64, 128, 256] {
+            assert!(attn_serial_shared(hd) <= 144 << 10, "head dim {hd}");
+        }
+    }
+
+    #[test]
     fn the_deep_one_tile_kernel_runs_only_where_blocks_are_few() {
         let tuning = KernelTuning {
             deep_n1_blocks_per_sm: 2,

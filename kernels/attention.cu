@@ -390,27 +390,31 @@ __device__ __forceinline__ void attn_split_body(
 // gives the later tokens the most tiles.
 #define ATTN_PREFILL_ROWS (16 * ATTN_WARPS)
 
-// Positions [base, base + n) of kv head g (rows of `table`) staged at `dst` (keys, then values,
-// ATTN_TILE rows of ATTN_ROW(DIM) elements each); positions past n zero-filled. Thread tid takes
-// chunk tid % CH of positions tid / CH, + ATTN_THREADS / CH, ..., key and value (one page lookup).
-template <typename KV, int DIM>
-__device__ __forceinline__ void prefill_stage(u32 dst, const KV* kv, const int* table,
-                                              const KvGeometry& geo, int g, int base, int n) {
-    constexpr int CH = DIM / 8, PSTEP = ATTN_THREADS / CH;
-    static_assert(ATTN_THREADS % CH == 0 && PSTEP <= ATTN_TILE, "whole positions per pass");
-    const int c = threadIdx.x % CH;
+// Positions [base, base + n) of kv head g (rows of `table`) staged at `dst` by `threads` threads
+// (this one `tid`): keys, then values, ATTN_TILE rows of ATTN_ROW(D) elements each; positions
+// past n zero-filled. Thread tid takes chunk tid % CH (CH = D / 8 ≤ 32, so ≤ threads) of positions
+// tid / CH, + threads / CH, ..., key and value with one page lookup; threads past a whole number
+// of positions per pass stay idle. attn_prefill stages with the block, attn_decode_serial with
+// one warp.
+template <typename KV>
+__device__ __forceinline__ void stage_tile(u32 dst, const KV* kv, const int* table,
+                                           const KvGeometry& geo, int g, int D, int base, int n,
+                                           int tid, int threads) {
+    const int ch = D / 8, per = threads / ch;
+    if (tid >= per * ch) return;
+    const int c = tid % ch;
     const size_t to_v = (size_t)geo.page_tokens * geo.kv_dim;  // key row → value row
 #pragma unroll
-    for (int p = threadIdx.x / CH; p < ATTN_TILE; p += PSTEP) {
+    for (int p = tid / ch; p < ATTN_TILE; p += per) {
         const bool ok = p < n;
         const KV* src = kv;
         if (ok) {
             const int j = base + p;
-            src = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * DIM + c * 8;
+            src = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D + c * 8;
         }
-        const u32 at = dst + (p * ATTN_ROW(DIM) + c * 8) * 2;
+        const u32 at = dst + (p * ATTN_ROW(D) + c * 8) * 2;
         cp_async16(at, src, ok);
-        cp_async16(at + ATTN_TILE * ATTN_ROW(DIM) * 2, ok ? src + to_v : kv, ok);
+        cp_async16(at + ATTN_TILE * ATTN_ROW(D) * 2, ok ? src + to_v : kv, ok);
     }
 }
 
@@ -479,17 +483,17 @@ __device__ __forceinline__ void attn_prefill_body(
         const int fst = first[r0];
         // The run's tiles: split z = zb, zb + ZB, ... (those with a tile), tiles z, z + Z, ...
         if (zb * ATTN_TILE < smax) {
-            prefill_stage<KV, DIM>(stage0, kv, tab, geo, g, fst + zb * ATTN_TILE,
-                                   min(ATTN_TILE, smax - zb * ATTN_TILE));
+            stage_tile<KV>(stage0, kv, tab, geo, g, DIM, fst + zb * ATTN_TILE,
+                           min(ATTN_TILE, smax - zb * ATTN_TILE), tid, ATTN_THREADS);
             cp_async_commit();
             for (int z = zb, s = zb, k = 0;; ++k) {
                 int nz = z, ns = s + Z;
                 if (ns * ATTN_TILE >= smax) nz = ns = z + ZB;
                 const bool more = nz < Z && ns * ATTN_TILE < smax;
                 if (more)
-                    prefill_stage<KV, DIM>(stage0 + ((k + 1) & 1) * STAGE_BYTES, kv, tab, geo,
-                                           g, fst + ns * ATTN_TILE,
-                                           min(ATTN_TILE, smax - ns * ATTN_TILE));
+                    stage_tile<KV>(stage0 + ((k + 1) & 1) * STAGE_BYTES, kv, tab, geo, g, DIM,
+                                   fst + ns * ATTN_TILE, min(ATTN_TILE, smax - ns * ATTN_TILE),
+                                   tid, ATTN_THREADS);
                 cp_async_commit();
                 cp_async_wait<1>();
                 __syncthreads();
@@ -643,28 +647,6 @@ __device__ __forceinline__ void attn_decode_body(
 // shared memory (about 140 KiB in all: the host's attn_serial_shared).
 #define ATTN_SERIAL_WARPS(DIM) (ATTN_MAXD(DIM) <= 64 ? 8 : ATTN_MAXD(DIM) <= 128 ? 4 : 2)
 
-// One warp stages positions [base, base + n) of kv head g at `dst` (keys, then values, rows of
-// ATTN_ROW(D) elements); positions past n zero-filled. Lane takes chunk lane % CH of every
-// 32 / CH-th position (CH = D / 8 chunks per row, or 32 lanes per row past D = 256).
-template <typename KV, int MAXD>
-__device__ __forceinline__ void serial_stage(u32 dst, const KV* kv, const int* table,
-                                             const KvGeometry& geo, int g, int D, int base, int n) {
-    const int lane = threadIdx.x & 31, ch = D / 8;
-    const int per = ch < 32 ? 32 / ch : 1;  // positions per pass (ch divides 32 for D ≤ 256)
-    const size_t to_v = (size_t)geo.page_tokens * geo.kv_dim;
-    if (lane >= per * ch) return;
-    for (int p = lane / ch; p < ATTN_TILE; p += per) {
-        const bool ok = p < n;
-        const int j = base + p;
-        const KV* row = ok ? kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D : kv;
-        for (int c = lane % ch; c < ch; c += 32) {
-            const u32 at = dst + (p * ATTN_ROW(D) + c * 8) * 2;
-            cp_async16(at, ok ? row + c * 8 : kv, ok);
-            cp_async16(at + ATTN_TILE * ATTN_ROW(D) * 2, ok ? row + c * 8 + to_v : kv, ok);
-        }
-    }
-}
-
 // attn_decode for large batches: one block per (token, kv head) computes the partials of the
 // splits that hold a tile and merges them itself. Its computing warps take splits w, w + W, ...,
 // each streaming its own tiles through two stages (cp.async) while it computes, so a block keeps
@@ -702,8 +684,8 @@ __device__ __forceinline__ void attn_decode_serial_body(
         if (tl * ATTN_TILE >= s.span) tl = z += W;
     };
     auto stage = [&](int k, int tl) {
-        serial_stage<KV, MAXD>(stages + (k & 1) * STAGE, kv, s.table, geo, g, D,
-                               s.first + tl * ATTN_TILE, min(ATTN_TILE, s.span - tl * ATTN_TILE));
+        stage_tile<KV>(stages + (k & 1) * STAGE, kv, s.table, geo, g, D, s.first + tl * ATTN_TILE,
+                       min(ATTN_TILE, s.span - tl * ATTN_TILE), lane, 32);
         cp_async_commit();
     };
     // The warp's first tile reads older KV only: it loads while the projection drains.

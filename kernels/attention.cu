@@ -392,29 +392,35 @@ __device__ __forceinline__ void attn_split_body(
 
 // Positions [base, base + n) of kv head g (rows of `table`) staged at `dst` by `threads` threads
 // (this one `tid`): keys, then values, ATTN_TILE rows of ATTN_ROW(D) elements each; positions
-// past n zero-filled. Thread tid takes chunk tid % CH (CH = D / 8 ≤ 32, so ≤ threads) of positions
-// tid / CH, + threads / CH, ..., key and value with one page lookup; threads past a whole number
-// of positions per pass stay idle. attn_prefill stages with the block, attn_decode_serial with
-// one warp.
+// past n zero-filled. LP = max(2, threads / ATTN_TILE) threads share a position, each looking its
+// page up once and copying the position's chunks tid % LP, + LP, ... of key and value: a warp
+// stages a tile in two passes of 16 positions, a block of 256 threads in one pass. (One thread
+// per chunk column looked a page up and computed a 64-bit address for every 16-byte copy: ncu
+// found most of attn_decode_serial's instructions there, and instruction issue its limit.)
+// Adjacent threads read a position's adjacent chunks (whole 32-byte sectors), and the rows'
+// 16-byte padding spreads a pass's writes over every bank. attn_prefill stages with the block,
+// attn_decode_serial with one warp.
 template <typename KV>
 __device__ __forceinline__ void stage_tile(u32 dst, const KV* kv, const int* table,
                                            const KvGeometry& geo, int g, int D, int base, int n,
                                            int tid, int threads) {
-    const int ch = D / 8, per = threads / ch;
-    if (tid >= per * ch) return;
-    const int c = tid % ch;
+    const int lp = max(2, threads / ATTN_TILE), per = threads / lp, ch = D / 8;
+    if (tid >= per * lp) return;
     const size_t to_v = (size_t)geo.page_tokens * geo.kv_dim;  // key row → value row
 #pragma unroll
-    for (int p = tid / ch; p < ATTN_TILE; p += per) {
+    for (int p = tid / lp; p < ATTN_TILE; p += per) {
         const bool ok = p < n;
         const KV* src = kv;
         if (ok) {
             const int j = base + p;
-            src = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D + c * 8;
+            src = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D;
         }
-        const u32 at = dst + (p * ATTN_ROW(D) + c * 8) * 2;
-        cp_async16(at, src, ok);
-        cp_async16(at + ATTN_TILE * ATTN_ROW(D) * 2, ok ? src + to_v : kv, ok);
+        const u32 at = dst + p * ATTN_ROW(D) * 2;
+#pragma unroll 4
+        for (int c = tid % lp; c < ch; c += lp) {
+            cp_async16(at + c * 16, ok ? src + c * 8 : kv, ok);
+            cp_async16(at + ATTN_TILE * ATTN_ROW(D) * 2 + c * 16, ok ? src + to_v + c * 8 : kv, ok);
+        }
     }
 }
 

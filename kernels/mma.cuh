@@ -452,13 +452,26 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
             }
         }
     } else {
-        for (int i = tid; i < GEMM_BM * BN; i += MMA_THREADS) {
-            const int r = i % GEMM_BM, t = i / GEMM_BM;
-            if (row0 + r < R && t0 + t < T) {
-                float v = tile[r][t];
-                if (bias) v += bias[row0 + r];
-                float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
-                if (EPI == MEPI_ADD) *out += v; else *out = v;
+        // Eight outputs per thread at a time, their residuals loaded together first (one at a
+        // time, each load's latency was ~10% of a 64-token down projection under ncu).
+        constexpr int BATCH = 8;
+        static_assert(GEMM_BM * BN % (MMA_THREADS * BATCH) == 0, "whole batches");
+        for (int i0 = tid; i0 < GEMM_BM * BN; i0 += MMA_THREADS * BATCH) {
+            float old[BATCH];
+#pragma unroll
+            for (int j = 0; j < BATCH; ++j) {
+                const int i = i0 + j * MMA_THREADS, r = i % GEMM_BM, t = i / GEMM_BM;
+                const bool ok = EPI == MEPI_ADD && row0 + r < R && t0 + t < T;
+                old[j] = ok ? y[(size_t)(t0 + t) * y_stride + row0 + r] : 0.f;
+            }
+#pragma unroll
+            for (int j = 0; j < BATCH; ++j) {
+                const int i = i0 + j * MMA_THREADS, r = i % GEMM_BM, t = i / GEMM_BM;
+                if (row0 + r < R && t0 + t < T) {
+                    float v = tile[r][t];
+                    if (bias) v += bias[row0 + r];
+                    y[(size_t)(t0 + t) * y_stride + row0 + r] = EPI == MEPI_ADD ? old[j] + v : v;
+                }
             }
         }
     }

@@ -15,7 +15,7 @@ __device__ __forceinline__ float warp_rms_inv(double lane_sum_sq, int n, float e
 // normalized by any of them has the same bits: threads 0..127 each sum chunks tid, tid + 128, ...
 // (8 squares each, in f64), a shuffle tree per warp, then warps 0..3 in order. Every thread of
 // the block calls it (it holds barriers); ss_red is [4][TT] in shared memory.
-template <int TT>
+template <int TT, int UNROLL = 1>
 __device__ __forceinline__ void rows_rms_inv(const float* __restrict__ x, int x_stride,
                                              const int* rows, int n, int K, float eps,
                                              double* ss_red, float* inv) {
@@ -24,6 +24,10 @@ __device__ __forceinline__ void rows_rms_inv(const float* __restrict__ x, int x_
         double ss[TT];
 #pragma unroll
         for (int t = 0; t < TT; ++t) ss[t] = 0.0;
+        // UNROLL > 1: that many of a thread's loads in flight together (to_half, whose blocks do
+        // nothing else; the projections' prologues keep their registers); each sum still takes
+        // its chunks in ascending order.
+#pragma unroll UNROLL
         for (int c = tid; c < K / 8; c += 128) {
 #pragma unroll
             for (int t = 0; t < TT; ++t) {

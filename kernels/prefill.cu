@@ -1,8 +1,11 @@
 // Prefill projections go through cuBLAS (tensor cores), which takes 16-bit inputs: these kernels
 // prepare a projection's input rows as the GEMV kernels do (RMSNorm; silu(gate)·up from the
 // gate|up output, whose rows come interleaved in pairs — see gemv.cu; or the rows as they are)
-// and round them to the weights' type; add_bias adds a bias row after the GEMM. One block per
-// token row. With `wg_order` the row is stored in the wgmma GEMM's order (K a multiple of 64).
+// and round them to the weights' type; add_bias adds a bias row after the GEMM. Block (t, s)
+// prepares slice s of gridDim.y of token row t (the host's `to_half_grid`: few tokens still give
+// every SM blocks, where one block per row left most SMs idle and each thread waited on a dozen
+// loads in turn); with RMSNorm every slice computes the row's norm itself, in the one order. With
+// `wg_order` the row is stored in the wgmma GEMM's order (K a multiple of 64).
 #include "common.cuh"
 #include "activation.cuh"
 #include "norm.cuh"
@@ -27,11 +30,15 @@ __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_
     const int chunks = K / 8;
     float inv = 1.f;
     if (IN == IN_RMS) {
-        rows_rms_inv<1>(x, x_stride, &t, 1, K, eps, scratch, &inv_s);
+        rows_rms_inv<1, 4>(x, x_stride, &t, 1, K, eps, scratch, &inv_s);
         inv = inv_s;
     }
     W* dst = out + (size_t)blockIdx.x * K;
-    for (int c = threadIdx.x; c < chunks; c += HALF_THREADS) {
+    const int c0 = (int)((long long)chunks * blockIdx.y / gridDim.y);
+    const int c1 = (int)((long long)chunks * (blockIdx.y + 1) / gridDim.y);
+    // Unrolled so that a thread's loads are in flight together (each chunk is independent).
+#pragma unroll 4
+    for (int c = c0 + threadIdx.x; c < c1; c += HALF_THREADS) {
         float v[8];
         if (IN == IN_GLU) {
             // Outputs 8c .. 8c+7 from gate|up values 16c .. 16c+15: (g, g, u, u) per pair.

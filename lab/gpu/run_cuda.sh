@@ -3,7 +3,7 @@
 # parity against the CPU reference and transformers, the decode benchmark against the read
 # bandwidth measured in the same run, and the PyTorch peer on the same checkpoints.
 #
-#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [wgmma-bits] [pdl] [variants] [ncu] [ncu-prefill] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
+#   lab/gpu/run_cuda.sh BIN_DIR OUT_DIR [wgmma-bits] [pdl] [variants] [ncu] [ncu-prefill] [ncu-gemm] [ncu-step] [kernels] [parity-tiny] [parity-big] [bench-small] [bench-8b] [batch-small] [batch-8b] [sweep] [preempt] [tests] [client] [peer]
 #
 # BIN_DIR holds nervad, nervactl, gpu_decode, gpu_kernels, preemption and cuda_backend built on the development machine.
 set -u
@@ -19,6 +19,24 @@ mkdir -p $M
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$O/gpu.txt"
 has() { [[ " $steps " == *" $1 "* ]]; }
 model() { [ -f "$M/$1/config.json" ] || "$B/nervad" make-model --preset "$1" --out "$M/$1" --seed 1234 >/dev/null; }
+# Per-kernel totals of an ncu log of gpu__time_duration: microseconds, share, launches, grid.
+ncu_times() {
+  python3 - "$1" <<'PY'
+import re, sys, collections
+tot = collections.OrderedDict(); name = None
+for line in open(sys.argv[1]):
+    m = re.match(r"\s\s(\S+) \((\d+), (\d+), (\d+)\)x", line)
+    if m: name = m.group(1) + " grid(%s,%s,%s)" % m.groups()[1:]; continue
+    m = re.search(r"gpu__time_duration.sum\s+(\S+)\s+([\d.,]+)", line)
+    if m and name:
+        v = float(m.group(2).replace(",", "")); v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(m.group(1), 1)
+        tot.setdefault(name, []).append(v); name = None
+all_us = sum(sum(v) for v in tot.values())
+for k, v in sorted(tot.items(), key=lambda kv: -sum(kv[1])):
+    print(f"{sum(v):10.1f} us {100*sum(v)/all_us:5.1f}%  x{len(v)}  {k}")
+print(f"{all_us:10.1f} us total")
+PY
+}
 
 if has wgmma-bits; then
   # Whether wgmma (A from registers, B from shared memory) gives mma.sync's bits (lab/gpu/wgmma_bits.cu).
@@ -92,21 +110,7 @@ if has ncu-prefill && command -v ncu >/dev/null; then
     --metrics gpu__time_duration.sum \
     "$B/gpu_decode" --model $M/qwen3-8b --batch 1 --tokens 2 --prefill ${NCU_PREFILL:-2048} \
     --max-step-tokens ${NCU_PREFILL:-2048} > "$O/ncu_prefill.txt" 2>&1
-  python3 - "$O/ncu_prefill.txt" <<'PY' | tee "$O/ncu_prefill_summary.log"
-import re, sys, collections
-tot = collections.OrderedDict(); name = None
-for line in open(sys.argv[1]):
-    m = re.match(r"\s\s(\S+) \((\d+), (\d+), (\d+)\)x", line)
-    if m: name = m.group(1) + " grid(%s,%s,%s)" % m.groups()[1:]; continue
-    m = re.search(r"gpu__time_duration.sum\s+(\S+)\s+([\d.,]+)", line)
-    if m and name:
-        v = float(m.group(2).replace(",", "")); v *= {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3}.get(m.group(1), 1)
-        tot.setdefault(name, []).append(v); name = None
-all_us = sum(sum(v) for v in tot.values())
-for k, v in sorted(tot.items(), key=lambda kv: -sum(kv[1])):
-    print(f"{sum(v):10.1f} us {100*sum(v)/all_us:5.1f}%  x{len(v)}  {k}")
-print(f"{all_us:10.1f} us total")
-PY
+  ncu_times "$O/ncu_prefill.txt" | tee "$O/ncu_prefill_summary.log"
 fi
 if has parity-tiny; then
   timeout 300 python3 tests/parity/parity.py --nervad "$B/nervad" --backend cuda --device cuda \
@@ -134,6 +138,33 @@ batch_sweep() {
 }
 if has batch-small; then batch_sweep qwen3-0.6b; fi
 if has batch-8b; then batch_sweep qwen3-8b; fi
+if has ncu-step && command -v ncu >/dev/null; then
+  # Where one decode step of NCU_STEP_BATCH (64) sequences over 512-token prompts spends its
+  # time: the kernels of about one step past the prompts (16 steps of 2,048 tokens) and the 8
+  # warm-up steps, each timed alone by ncu (serialized, base clocks: shares only).
+  model qwen3-8b
+  timeout 300 ncu --graph-profiling node --launch-skip ${NCU_STEP_SKIP:-11000} --launch-count ${NCU_STEP_LAUNCHES:-420} \
+    --metrics gpu__time_duration.sum \
+    "$B/gpu_decode" --model $M/qwen3-8b --batch ${NCU_STEP_BATCH:-64} --prompt 512 --tokens 64 --prefill "" \
+    --max-step-tokens 2048 > "$O/ncu_step.txt" 2>&1
+  ncu_times "$O/ncu_step.txt" | tee "$O/ncu_step_summary.log"
+fi
+if has ncu-gemm && command -v ncu >/dev/null; then
+  # The wgmma GEMM at one token count (NCU_GEMM_TOKENS, default 64) on the shapes NCU_GEMM_SHAPES
+  # names, each launch profiled alone with source-level (SASS) stall samples, and to_half beside.
+  # gpu_kernels times 12 replays of 20 launches: the first 960 matching launches are the mma.sync
+  # GEMMs' to_half (2 × 240) and the 128-token wgmma GEMM with its to_half (480).
+  for only in ${NCU_GEMM_SHAPES:-qwen3-8b/down qwen3-8b/gate_up}; do
+    f=$(echo "$only" | tr / _)
+    timeout 200 ncu --graph-profiling node -k "regex:_wg64?\$|to_half" --launch-skip ${NCU_GEMM_SKIP:-1000} --launch-count 2 \
+      --set full --import-source no -o "$O/ncu_gemm_$f" \
+      "$B/gpu_kernels" --tokens "" --mma-tokens "" --gemm-tokens ${NCU_GEMM_TOKENS:-64} --only "$only" \
+      > "$O/ncu_gemm_$f.log" 2>&1
+    ncu -i "$O/ncu_gemm_$f.ncu-rep" --print-details all > "$O/ncu_gemm_$f.txt" 2>&1
+    ncu -i "$O/ncu_gemm_$f.ncu-rep" --page source --print-source sass --csv > "$O/ncu_gemm_${f}_sass.csv" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Registers Per|Achieved Occ|Issued Warp|Eligible Warps" "$O/ncu_gemm_$f.txt"
+  done 2>&1 | tee "$O/ncu_gemm_summary.log"
+fi
 if has sweep; then
   # Issue 8's load: closed-loop streams from 4 client processes on qwen3-8b, then the fork.
   p=qwen3-8b; model $p

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo bench -p nervad --bench gpu_kernels -- [--tokens 1,2,4,8] [--mma-tokens 1,8,16,32,64,128,256]
-//!     [--gemm-tokens 1,8,64,128,256,1024,2048]
+//!     [--gemm-tokens 1,8,64,128,256,1024,2048] [--only qwen3-8b/down]
 //! ```
 //! Weights rotate over copies totalling ≥ 512 MiB, so every launch reads them from HBM, not L2.
 //! Each figure is the median over 10 replays of a graph of 20 launches. Without a CUDA device
@@ -19,7 +19,7 @@ use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW,
     MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS, MMA_WG, MmaLaunch,
-    gemm_splits, kernels, mma_gemm_shared, mma_launch, wg_gemm_shared,
+    gemm_splits, kernels, mma_gemm_shared, mma_launch, to_half_grid, wg_gemm_shared,
 };
 use nervad::model::DType;
 
@@ -34,6 +34,9 @@ struct Cli {
     /// Token counts for cuBLAS against our kernels.
     #[arg(long, default_value = "1,8,64,128,256,1024,2048")]
     gemm_tokens: String,
+    /// Only the shapes whose "model/proj" contains this (e.g. `qwen3-8b/down`), to profile one.
+    #[arg(long, default_value = "")]
+    only: String,
     /// CUDA device.
     #[arg(long, default_value_t = 0)]
     device: usize,
@@ -148,6 +151,8 @@ struct Bench {
     /// The chain-split GEMM's partial tiles and per-tile counters (zero between launches).
     gemm_ws: DevBuf,
     gemm_done: DevBuf,
+    /// Multiprocessors (the to_half grid).
+    sms: usize,
     start: nervad::backend::cuda::driver::Event,
     end: nervad::backend::cuda::driver::Event,
 }
@@ -268,6 +273,7 @@ impl Bench {
         launch: MmaLaunch,
     ) -> Res<f64> {
         let kernel = kernels[launch.variant];
+        let sms = self.sms;
         let (rows, tiles) = (launch.rows, launch.token_tiles as i32);
         let (x, xa, norm, y, wbase) = (
             self.x.ptr,
@@ -294,7 +300,7 @@ impl Bench {
                 unsafe {
                     gpu.launch(
                         prep,
-                        (t as u32, 1, 1),
+                        to_half_grid(t, shape.k, sms),
                         128,
                         Args::new()
                             .arg(&x)
@@ -474,10 +480,12 @@ fn run(cli: &Cli) -> Res<()> {
         y,
         gemm_ws,
         gemm_done,
+        sms: facts.sms as usize,
         start,
         end,
     };
 
+    let picked = |s: &Shape| format!("{}/{}", s.model, s.name).contains(&cli.only);
     println!("device: {} (sm_{arch}, {} SMs)", facts.name, facts.sms);
     let bw = b.read_bandwidth(bw_kernel)?;
     println!(
@@ -490,7 +498,7 @@ fn run(cli: &Cli) -> Res<()> {
         "{:<11} {:<8} {:>6} {:>7} {:>3} | {:>9} {:>8} | {:>12} {:>8}",
         "model", "proj", "K", "R", "T", "GEMV (us)", "% of bw", "2 rows (us)", "% of bw"
     );
-    for shape in SHAPES {
+    for shape in SHAPES.iter().filter(|s| picked(s)) {
         let fam = families
             .iter()
             .find(|(m, _)| *m == shape.mode)
@@ -548,7 +556,7 @@ fn run(cli: &Cli) -> Res<()> {
     let sms = facts.sms as usize;
     let baseline = KernelTuning::baseline();
     let defaults = KernelTuning::default();
-    for shape in SHAPES {
+    for shape in SHAPES.iter().filter(|s| picked(s)) {
         let (_, ks, tiled, prep) = mma_families
             .iter()
             .find(|(m, _, _, _)| *m == shape.mode)
@@ -630,7 +638,7 @@ fn run(cli: &Cli) -> Res<()> {
         "TFLOP/s",
         "ratio"
     );
-    for shape in SHAPES.iter().filter(|s| s.name != "lm_head") {
+    for shape in SHAPES.iter().filter(|s| s.name != "lm_head" && picked(s)) {
         let fam = families
             .iter()
             .find(|(m, _)| *m == shape.mode)

@@ -754,6 +754,15 @@ const GEMM_BLOCK_US: [(usize, f64, f64); 2] = [
     (MMA_GEMM_NARROW_TOKENS, 0.01156, 21.7),
 ];
 
+/// The grid of a to_half launch over `m` token rows of `k` columns on `sms` multiprocessors:
+/// (rows, slices per row, 1), enough slices for two blocks per SM where the rows are few, each
+/// slice at least one 8-column chunk per thread (prefill.cu, 128 threads).
+pub fn to_half_grid(m: usize, k: usize, sms: usize) -> (u32, u32, u32) {
+    let most = (k / 8 / 128).max(1);
+    let slices = (2 * sms).div_ceil(m.max(1)).clamp(1, most);
+    (m as u32, slices as u32, 1)
+}
+
 /// Estimated time of a GEMM launch of `t` tokens over `r` rows and `k` columns on `sms`
 /// multiprocessors (one block each at a time) with `tile`-token tiles in `splits` blocks each:
 /// block waves × one block's time.
@@ -2007,10 +2016,11 @@ impl CudaBackend {
         // const float* norm, float eps, int K, int wg_order, W* out): rows t0..t0+m of x (or of
         // `rows`) exist (m ≤ max_step_tokens), out (xa) holds max_step_tokens × max(K) 16-bit
         // values, norm is K floats or unused; with wg_order K is a multiple of 64.
+        let grid = to_half_grid(m, k as usize, self.sms as usize);
         unsafe {
             self.gpu.launch(
                 kernel,
-                (m as u32, 1, 1),
+                grid,
                 128,
                 Args::new()
                     .arg(&x)

@@ -82,7 +82,7 @@ if has variants; then
     model $p
     for cfg in "${cfgs[@]}"; do
       echo "== $p $cfg"
-      env $cfg timeout 150 "$B/gpu_decode" --model $M/$p --batch ${VARIANT_BATCH:-1,8,32,64} \
+      env $cfg timeout 150 "$B/gpu_decode" --model $M/$p --batch ${VARIANT_BATCH:-1,8,32,64} --prompt ${VARIANT_PROMPT:-128} \
         --prefill "${VARIANT_PREFILL-1024}" --max-step-tokens ${VARIANT_STEP:-256} --json 2>&1 | grep -E "^\{|bandwidth|^\| [0-9]|WARN|prefill|^kernels:|^load"
     done
   done 2>&1 | tee -a "$O/variants.log"

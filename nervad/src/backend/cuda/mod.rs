@@ -226,8 +226,8 @@ pub enum GemmSplit {
 impl Default for KernelTuning {
     /// Measured on the H100 (qwen3-0.6b and qwen3-8b, batch 1 to 64, BENCHMARKS.md): the deep
     /// one-n-tile kernel where a projection gives at most 2 blocks per SM, serial attention
-    /// from 32 decode tokens, prepared inputs from 3 tokens, token splitting, tiled weights and
-    /// the fixed-order GEMM from 64 tokens (from 128 where K < 4096) with its chains split over
+    /// from 32 decode tokens (4 since the tenth session, below), prepared inputs from 3 tokens,
+    /// token splitting, tiled weights and the fixed-order GEMM from 64 tokens (from 128 where K < 4096) with its chains split over
     /// blocks where the tiles are few and 64-token tiles where cheaper, prompt attention over
     /// shared KV tiles (H200, 2026-11-26: qwen3-8b batch 64 18.4 → 16.0 ms per step and a
     /// 2,048-token prompt 567 → 426 ms; qwen3-0.6b batch 64 lost 10% with the GEMM from 64
@@ -236,10 +236,14 @@ impl Default for KernelTuning {
     /// The GEMM on wgmma (H200, 2026-11-26 eighth session) took qwen3-8b batch 64 from 15.9 to
     /// 13.7 ms per step and a 2,048-token prompt from 359 to 282 ms, and starting it at 32
     /// tokens instead of 64 took batch 32 from 11.8 to 9.8 ms (at 16 it lost: 7.6 → 9.9 ms).
+    /// Serial attention from 4 tokens instead of 32 (H200, 2026-11-26 tenth session, after its
+    /// tile staging took one page lookup per position): qwen3-8b batch 8 5.36 → 4.74 ms per
+    /// step and 16 7.32 → 5.79 over 128-token prompts, 5.85 → 5.13 and 8.34 → 6.18 over 512;
+    /// batch 4 +0.6–3%; from 2 tokens batch 2 lost 2–7%.
     fn default() -> Self {
         KernelTuning {
             deep_n1_blocks_per_sm: 2,
-            serial_attention_from: Some(32),
+            serial_attention_from: Some(4),
             cluster_attention: false,
             prepared_from: 3,
             token_split: true,
@@ -3236,7 +3240,9 @@ mod tests {
         assert_eq!(mma_launch(1, 24_576, 4096, SMS, &d).variant, 0);
         assert_eq!(mma_launch(3, 24_576, 4096, SMS, &d).variant, MMA_HALF);
         assert!(mma_launch(24, 4096, 4096, SMS, &d).token_tiles > 1);
-        assert_eq!(d.serial_attention_from, Some(32));
+        // Serial attention from 4 tokens (qwen3-8b, 512-token prompts: batch 8 5.85 → 5.13 ms
+        // per step, 16 8.34 → 6.18; at 2 it loses, 4.99 → 5.34).
+        assert_eq!(d.serial_attention_from, Some(4));
         assert!(d.tiled_weights && !d.cluster_attention);
         assert_eq!(mma_launch(1024, 24_576, 4096, SMS, &d).variant, MMA_GEMM);
         assert_eq!(mma_launch(64, 4096, 4096, SMS, &d).variant, MMA_GEMM_NARROW);

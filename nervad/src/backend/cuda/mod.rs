@@ -2016,11 +2016,12 @@ impl CudaBackend {
         let (t0, k, xa) = (t0 as i32, k as i32, self.bufs.xa.ptr);
         let wg_order = wg_order as i32;
         let eps = self.config.rms_norm_eps as f32;
+        let grid = to_half_grid(m, k as usize, self.sms as usize);
         // SAFETY: to_half_*(const float* x, int x_stride, int t0, const int* rows,
         // const float* norm, float eps, int K, int wg_order, W* out): rows t0..t0+m of x (or of
         // `rows`) exist (m ≤ max_step_tokens), out (xa) holds max_step_tokens × max(K) 16-bit
-        // values, norm is K floats or unused; with wg_order K is a multiple of 64.
-        let grid = to_half_grid(m, k as usize, self.sms as usize);
+        // values, norm is K floats or unused; with wg_order K is a multiple of 64; any grid.y
+        // slices a row into whole chunks.
         unsafe {
             self.gpu.launch(
                 kernel,

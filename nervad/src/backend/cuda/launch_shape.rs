@@ -1,0 +1,474 @@
+//! How each kernel is launched: the projections' variants, tiles, chain splits and grids
+//! (`mma_launch`, `to_half_grid`), and the attention kernels' shapes and shared memory. Every
+//! constant here mirrors one in `kernels/` (named beside it); none changes a result's bits.
+
+use super::tuning::{GemmSplit, KernelTuning};
+
+/// Query tokens' attention span is cut into this many partial blocks per kv head (fixed, so
+/// results never depend on the batch).
+pub(super) const ATTN_SPLITS: u32 = 16;
+/// Threads per attention block (`ATTN_THREADS` in kernels/attention.cu).
+pub(super) const ATTN_THREADS: u32 = 256;
+/// (token, query head) rows of one attn_prefill block: 16 per warp (attention.cu's
+/// ATTN_PREFILL_ROWS).
+pub(super) const ATTN_PREFILL_ROWS: usize = 128;
+/// Dynamic shared memory of an attn_prefill block: the rows' queries and two stages of a KV
+/// tile (keys and values), rows of head_dim + 8 16-bit elements (attention.cu).
+pub(super) fn attn_prefill_shared(head_dim: usize) -> u32 {
+    ((ATTN_PREFILL_ROWS + 2 * 2 * ATTN_TILE) * (head_dim + 8) * 2) as u32
+}
+/// Dynamic shared memory of an attn_decode_serial block: two tile stages (keys and values) for
+/// each computing warp, rows sized for the kernel's largest head dim (attention.cu's
+/// ATTN_SERIAL_WARPS and ATTN_MAXD).
+pub(super) fn attn_serial_shared(head_dim: usize) -> u32 {
+    let maxd = if matches!(head_dim, 64 | 128 | 256) {
+        head_dim
+    } else {
+        ATTN_GENERAL_DIM
+    };
+    let warps = match maxd {
+        0..=64 => 8,
+        65..=128 => 4,
+        _ => 2,
+    };
+    (warps * 2 * 2 * ATTN_TILE * (maxd + 8) * 2) as u32
+}
+/// Blocks per (token group, kv head) of attn_prefill, each taking every so-many-th split: enough
+/// for four blocks per SM (two run at once; the rest even out causal attention's unequal token
+/// groups), no more than the splits. Which block runs a split changes none of its bits.
+pub(super) fn prefill_split_blocks(group_blocks: usize, sms: usize) -> u32 {
+    (4 * sms)
+        .div_ceil(group_blocks.max(1))
+        .clamp(1, ATTN_SPLITS as usize) as u32
+}
+/// Key/value positions per attention tile (attn_mma.cuh's ATTN_TILE).
+const ATTN_TILE: usize = 32;
+/// Head dims of the general attention kernels (attention.cu's ATTN_GENERAL_DIM): multiples of
+/// 16 up to this; 256 has its own.
+pub(super) const ATTN_GENERAL_DIM: usize = 128;
+/// The mma.cuh variants of a projection, in `mma_variant`'s numbering (kernel
+/// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
+/// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
+/// fixed-order GEMM (`MMA_GEMM`).
+pub const MMA_VARIANTS: [&str; 13] = [
+    "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
+];
+/// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
+pub const MMA_DEEP: usize = 4;
+/// Index of the one-n-tile variant on prepared inputs in `MMA_VARIANTS`.
+pub const MMA_HALF: usize = 5;
+/// Index of the first token-split variant (n2s, then n4s, n8m2s) in `MMA_VARIANTS`.
+pub const MMA_SPLIT: usize = 6;
+/// Index of the fixed-order GEMM in `MMA_VARIANTS` (128 rows × `MMA_GEMM_TOKENS` per block).
+pub const MMA_GEMM: usize = 9;
+/// Index of the GEMM on 64-token tiles in `MMA_VARIANTS`.
+pub const MMA_GEMM_NARROW: usize = 10;
+/// Index of the wgmma GEMM in `MMA_VARIANTS` (then its 64-token tiles): the GEMM's launches
+/// where `KernelTuning::wgmma` holds.
+pub const MMA_WG: usize = 11;
+/// Tokens per block of the GEMM (mma.cuh's BN of `gemm`).
+pub const MMA_GEMM_TOKENS: usize = 128;
+/// Tokens per block of the narrow GEMM (`gemm64`).
+pub const MMA_GEMM_NARROW_TOKENS: usize = 64;
+
+/// Dynamic shared memory of a GEMM launch of `tokens`-token tiles (mma.cuh's
+/// `GemmTile<tokens>::SMEM`): 3 stages of 16 KiB of weights and tokens / 8 KiB of inputs, and
+/// each thread's pair-opening chain (2 × tokens / 16 × 4 floats per thread of 256).
+pub const fn mma_gemm_shared(tokens: usize) -> u32 {
+    (3 * ((16 << 10) + (tokens / 8) * 1024) + 256 * 2 * (tokens / 16) * 4 * 4) as u32
+}
+
+/// Dynamic shared memory of a wgmma GEMM launch of `tokens`-token tiles (mma.cuh's
+/// `WgTile<tokens>::SMEM`): its stages (8 on 64-token tiles, else 5) of 16 KiB of weights and
+/// tokens × 128 bytes of inputs, each thread's pair-opening chain (tokens / 2 floats per thread
+/// of 256) and 1 KiB to align the stages: 225 KiB either way.
+pub const fn wg_gemm_shared(tokens: usize) -> u32 {
+    let stages = if tokens == 64 { 8 } else { 5 };
+    (stages * ((16 << 10) + tokens * 128) + 256 * (tokens / 2) * 4 + 1024) as u32
+}
+
+/// Dynamic shared memory of an `MMA_GEMM` launch: 160 KiB.
+pub const MMA_GEMM_SHARED: u32 = mma_gemm_shared(MMA_GEMM_TOKENS);
+
+/// Which of `MMA_VARIANTS` runs a launch of `t` tokens, and its rows per block. One pass reads
+/// the weights once: up to 64 tokens do; past 32 the blocks take 32 rows so that fewer of them
+/// re-read the prepared inputs, and past 64 they make one pass per 64 tokens. Past 8 tokens the
+/// inputs come prepared by to_half.
+pub fn mma_variant(t: usize) -> (usize, u32) {
+    match t {
+        0..=8 => (0, 16),
+        9..=16 => (1, 16),
+        17..=32 => (2, 16),
+        _ => (3, 32),
+    }
+}
+
+/// How a tensor-core projection launch is shaped (`mma_launch`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MmaLaunch {
+    /// Index into `MMA_VARIANTS`.
+    pub variant: usize,
+    /// Weight rows per block.
+    pub rows: u32,
+    /// Blocks per row tile, each taking every `token_tiles`-th token tile (1: one block walks
+    /// all tokens).
+    pub token_tiles: u32,
+    /// Inputs prepared by to_half first.
+    pub prepared: bool,
+    /// GEMM only: blocks per tile sharing its chains (1, 4 or 8; `gemm_splits`).
+    pub splits: u32,
+}
+
+/// Most blocks a chain-split GEMM launch may have, per SM: the workspace (`Bufs::gemm_ws`) holds
+/// one 128 × 128 f32 partial tile per block, 64 KiB each.
+pub const GEMM_SPLIT_MAX_BLOCKS_PER_SM: usize = 8;
+
+/// A block's time on one GEMM tile width: `per_k` µs per element of K it reduces (its share of
+/// the chains) plus `fixed` µs (pipeline ramp, epilogue, a split's partial and merge). Fitted to
+/// qwen3-8b's o projection on the H200 (`gpu_kernels`, 2026-11-26: per wave 119 µs unsplit and
+/// 55 µs in 4 splits on 128-token tiles, 69 and 33.5 µs on 64-token tiles); only the ratios
+/// matter, to rank launch shapes.
+const GEMM_BLOCK_US: [(usize, f64, f64); 2] = [
+    (MMA_GEMM_TOKENS, 0.0208, 33.7),
+    (MMA_GEMM_NARROW_TOKENS, 0.01156, 21.7),
+];
+
+/// The grid of a to_half launch over `m` token rows of `k` columns on `sms` multiprocessors:
+/// (rows, slices per row, 1), enough slices for two blocks per SM where the rows are few, each
+/// slice at least one 8-column chunk per thread (prefill.cu, 128 threads).
+pub fn to_half_grid(m: usize, k: usize, sms: usize) -> (u32, u32, u32) {
+    let most = (k / 8 / 128).max(1);
+    let slices = (2 * sms).div_ceil(m.max(1)).clamp(1, most);
+    (m as u32, slices as u32, 1)
+}
+
+/// Estimated time of a GEMM launch of `t` tokens over `r` rows and `k` columns on `sms`
+/// multiprocessors (one block each at a time) with `tile`-token tiles in `splits` blocks each:
+/// block waves × one block's time.
+fn gemm_cost(t: usize, r: usize, k: usize, sms: usize, tile: usize, splits: usize) -> f64 {
+    let (_, per_k, fixed) = GEMM_BLOCK_US
+        .iter()
+        .copied()
+        .find(|g| g.0 == tile)
+        .unwrap_or(GEMM_BLOCK_US[0]);
+    let blocks = r.div_ceil(128) * t.div_ceil(tile) * splits;
+    blocks.div_ceil(sms) as f64 * (per_k * k as f64 / splits as f64 + fixed)
+}
+
+/// Blocks per GEMM tile (1, 4 or 8) for `tile`-token tiles: the cheapest by `gemm_cost` under
+/// `split`, within the workspace (`GEMM_SPLIT_MAX_BLOCKS_PER_SM`). E.g. qwen3-8b's o at 128
+/// tokens on 128-token tiles: 32 tiles, 4 blocks each in one wave.
+pub fn gemm_splits(t: usize, r: usize, k: usize, sms: usize, tile: usize, split: GemmSplit) -> u32 {
+    let tiles = r.div_ceil(128) * t.div_ceil(tile);
+    let fits = |s: usize| s == 1 || tiles * s <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * sms;
+    match split {
+        GemmSplit::Fixed(s) if fits(s as usize) => s,
+        GemmSplit::Fixed(_) => 1,
+        GemmSplit::Auto => [1usize, 4, 8]
+            .into_iter()
+            .filter(|&s| fits(s))
+            .min_by(|&a, &b| {
+                let cost = |s| gemm_cost(t, r, k, sms, tile, s);
+                cost(a).total_cmp(&cost(b))
+            })
+            .unwrap_or(1) as u32,
+    }
+}
+
+/// The launch of `t` tokens over `r` weight rows on `sms` multiprocessors under `tuning`:
+/// `mma_variant` by default; the deep one-n-tile variant for projections of at most
+/// `deep_n1_blocks_per_sm` blocks per SM; prepared inputs from `prepared_from` tokens (for one
+/// n-tile the prepared kernel, n1h, takes precedence over the deep one); and with
+/// `token_split`, past 8 tokens the widest token tile (64, 32 or 16 tokens, more than half of
+/// them used) whose blocks give every SM at least two, split over as many blocks per row tile
+/// as the tokens need (else the 16-token tile). From `gemm_from` tokens (past 8) the GEMM
+/// takes every launch (below 128 tokens only where `k` reaches `gemm_min_k`): blocks of 128 rows
+/// and 128 tokens, or 64 with `gemm_narrow`, each tile's
+/// chains in 1, 4 or 8 blocks (`gemm_splits`), whichever `gemm_cost` ranks cheapest for the
+/// `r` × `k` matrix.
+pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
+    let (variant, rows) = mma_variant(t);
+    let prepared = t > 8 || (tuning.prepared_from > 0 && t >= tuning.prepared_from);
+    let one = |variant, rows| MmaLaunch {
+        variant,
+        rows,
+        token_tiles: 1,
+        prepared,
+        splits: 1,
+    };
+    let short_k = t < MMA_GEMM_TOKENS && k < tuning.gemm_min_k;
+    if t > 8 && !short_k && tuning.gemm_from.is_some_and(|n| t >= n) {
+        // Each tile width with its best split; the narrow one only where strictly cheaper.
+        let shape = |variant, tile| {
+            let splits = gemm_splits(t, r, k, sms, tile, tuning.gemm_split);
+            let cost = gemm_cost(t, r, k, sms, tile, splits as usize);
+            (variant, tile, splits, cost)
+        };
+        let wide = shape(MMA_GEMM, MMA_GEMM_TOKENS);
+        let narrow = shape(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS);
+        let (variant, tile, splits, _) = if tuning.gemm_narrow && narrow.3 < wide.3 {
+            narrow
+        } else {
+            wide
+        };
+        return MmaLaunch {
+            variant,
+            rows: 128,
+            token_tiles: t.div_ceil(tile) as u32,
+            prepared,
+            splits,
+        };
+    }
+    if t <= 8 {
+        if prepared {
+            return one(MMA_HALF, 16);
+        }
+        let deep = tuning.deep_n1_blocks_per_sm > 0
+            && r.div_ceil(16) <= tuning.deep_n1_blocks_per_sm * sms;
+        return one(if deep { MMA_DEEP } else { variant }, rows);
+    }
+    if !tuning.token_split {
+        return one(variant, rows);
+    }
+    // (variant without and with token tiles, rows per block, tokens per tile), widest first.
+    const SHAPES: [(usize, usize, u32, usize); 3] = [
+        (3, MMA_SPLIT + 2, 32, 64),
+        (2, MMA_SPLIT + 1, 16, 32),
+        (1, MMA_SPLIT, 16, 16),
+    ];
+    // A tile more than half full, whose blocks give every SM two.
+    let fits = |&&(_, _, rows, tile): &&(usize, usize, u32, usize)| {
+        2 * t > tile && r.div_ceil(rows as usize) * t.div_ceil(tile) >= 2 * sms
+    };
+    let &(plain, split, rows, tile) = SHAPES.iter().find(fits).unwrap_or(&SHAPES[2]);
+    let token_tiles = t.div_ceil(tile) as u32;
+    MmaLaunch {
+        variant: if token_tiles == 1 { plain } else { split },
+        rows,
+        token_tiles,
+        prepared,
+        splits: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMS: usize = 132;
+
+    #[test]
+    fn baseline_tuning_launches_as_before() {
+        let d = KernelTuning::baseline();
+        for t in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 2048] {
+            for r in [64, 1024, 4096, 24576, 151_936] {
+                let (variant, rows) = mma_variant(t);
+                let want = MmaLaunch {
+                    variant,
+                    rows,
+                    token_tiles: 1,
+                    prepared: t > 8,
+                    splits: 1,
+                };
+                assert_eq!(
+                    mma_launch(t, r, 4096, SMS, &d),
+                    want,
+                    "{t} tokens, {r} rows"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_gemm_takes_every_launch_from_its_token_count() {
+        let tuning = KernelTuning {
+            gemm_from: Some(64),
+            gemm_narrow: false,
+            gemm_split: GemmSplit::Fixed(1),
+            ..KernelTuning::default()
+        };
+        let gemm = |t: usize| MmaLaunch {
+            variant: MMA_GEMM,
+            rows: 128,
+            token_tiles: t.div_ceil(MMA_GEMM_TOKENS) as u32,
+            prepared: true,
+            splits: 1,
+        };
+        assert_eq!(mma_launch(64, 4096, 4096, SMS, &tuning), gemm(64));
+        assert_eq!(mma_launch(1000, 24_576, 4096, SMS, &tuning), gemm(1000));
+        assert_ne!(mma_launch(63, 4096, 4096, SMS, &tuning).variant, MMA_GEMM);
+        // One n-tile never: the register kernels read the weights at the bandwidth there.
+        let always = KernelTuning {
+            gemm_from: Some(1),
+            ..tuning
+        };
+        assert_ne!(mma_launch(8, 4096, 4096, SMS, &always).variant, MMA_GEMM);
+        assert_eq!(mma_launch(9, 4096, 4096, SMS, &always), gemm(9));
+        assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
+        assert_eq!(MMA_VARIANTS[MMA_GEMM_NARROW], "gemm64");
+        assert_eq!(
+            (MMA_GEMM_SHARED, mma_gemm_shared(MMA_GEMM_NARROW_TOKENS)),
+            (160 << 10, 104 << 10)
+        );
+    }
+
+    #[test]
+    fn the_gemm_shape_is_the_cheapest_measured_one() {
+        let d = KernelTuning::default();
+        // (tile tokens, splits) the default picks for qwen3-8b's projections.
+        let shape = |t, r, k| {
+            let l = mma_launch(t, r, k, SMS, &d);
+            let tile = if l.variant == MMA_GEMM_NARROW {
+                MMA_GEMM_NARROW_TOKENS
+            } else {
+                assert_eq!(l.variant, MMA_GEMM);
+                MMA_GEMM_TOKENS
+            };
+            assert_eq!(l.token_tiles as usize, t.div_ceil(tile));
+            (tile, l.splits)
+        };
+        let (qkv, o, gate_up, down) = ((6144, 4096), (4096, 4096), (24_576, 4096), (4096, 12_288));
+        // Measured on the H200 (gpu_kernels, 2026-11-26), µs: the choice, then the runner-up.
+        // 64 tokens: q|k|v 44 (64-token tiles in 8 blocks) vs 61 unsplit; o 34 vs 67; down 65
+        // vs 173.
+        assert_eq!(shape(64, qkv.0, qkv.1), (64, 4));
+        assert_eq!(shape(64, o.0, o.1), (64, 4));
+        assert_eq!(shape(64, down.0, down.1), (64, 4));
+        // 128 tokens: o 56 (128-token tiles in 4 blocks) vs 66; down 103 vs 122; gate|up 172
+        // (64-token tiles unsplit) vs 186.
+        assert_eq!(shape(128, o.0, o.1), (128, 4));
+        assert_eq!(shape(128, down.0, down.1), (128, 4));
+        assert_eq!(shape(128, gate_up.0, gate_up.1), (64, 1));
+        // 256 tokens: o 71 (64-token tiles unsplit) vs 109 (128 in 4 blocks).
+        assert_eq!(shape(256, o.0, o.1), (64, 1));
+        // 2,048 tokens: every SM busy with 128-token tiles: gate|up 2,274 vs 2,616 on 64.
+        assert_eq!(shape(2048, gate_up.0, gate_up.1), (128, 1));
+        assert_eq!(shape(2048, qkv.0, qkv.1), (128, 1));
+        // Without the narrow tile, only the 128-token one.
+        let wide = KernelTuning {
+            gemm_narrow: false,
+            ..d
+        };
+        assert_eq!(mma_launch(256, 4096, 4096, SMS, &wide).variant, MMA_GEMM);
+    }
+
+    #[test]
+    fn gemm_chains_split_only_within_the_workspace() {
+        let split = |t, s| gemm_splits(t, 4096, 4096, SMS, MMA_GEMM_TOKENS, s);
+        // o at 128 tokens: 32 tiles; at 2,048: 512, where 8 splits would pass the workspace.
+        assert_eq!(split(128, GemmSplit::Auto), 4);
+        assert_eq!(split(2048, GemmSplit::Auto), 1);
+        assert_eq!(split(128, GemmSplit::Fixed(8)), 8);
+        assert_eq!(split(2048, GemmSplit::Fixed(8)), 1);
+        assert_eq!(split(128, GemmSplit::Fixed(1)), 1);
+    }
+
+    #[test]
+    fn attention_blocks_and_shared_memory_follow_the_kernels() {
+        // qwen3-8b (4 query heads per kv head): a 2,048-token prompt is 64 token groups × 8 kv
+        // heads, two splits per block give four blocks per SM; 512 tokens need five; a huge
+        // step one; never more than the splits.
+        assert_eq!(prefill_split_blocks(64 * 8, SMS), 2);
+        assert_eq!(prefill_split_blocks(16 * 8, SMS), 5);
+        assert_eq!(prefill_split_blocks(1 << 20, SMS), 1);
+        assert_eq!(prefill_split_blocks(1, SMS), ATTN_SPLITS);
+        // Queries of 128 rows and two stages of 32 keys + 32 values, rows padded by 8.
+        assert_eq!(attn_prefill_shared(128), (128 + 128) * 136 * 2);
+        // Two stages per computing warp (8, 4, 2 by head dim; the general kernel is sized for
+        // 128): about 140 KiB, so the block fits beside its static shared memory on sm_80+.
+        assert_eq!(attn_serial_shared(128), 4 * 2 * 2 * 32 * 136 * 2);
+        assert_eq!(attn_serial_shared(16), attn_serial_shared(128));
+        for hd in [16, 64, 128, 256] {
+            assert!(attn_serial_shared(hd) <= 144 << 10, "head dim {hd}");
+        }
+    }
+
+    #[test]
+    fn the_deep_one_tile_kernel_runs_only_where_blocks_are_few() {
+        let tuning = KernelTuning {
+            deep_n1_blocks_per_sm: 2,
+            ..KernelTuning::baseline()
+        };
+        // qwen3-8b o_proj / down_proj: 256 blocks of 16 rows, under 2 per SM.
+        assert_eq!(mma_launch(1, 4096, 4096, SMS, &tuning).variant, MMA_DEEP);
+        assert_eq!(mma_launch(8, 4096, 4096, SMS, &tuning).variant, MMA_DEEP);
+        // q|k|v (384 blocks) and gate|up keep n1; past one n-tile nothing changes.
+        assert_eq!(mma_launch(1, 6144, 4096, SMS, &tuning).variant, 0);
+        assert_eq!(mma_launch(1, 24_576, 4096, SMS, &tuning).variant, 0);
+        assert_eq!(mma_launch(9, 4096, 4096, SMS, &tuning).variant, 1);
+    }
+
+    #[test]
+    fn inputs_are_prepared_from_the_chosen_token_count() {
+        let tuning = KernelTuning {
+            prepared_from: 3,
+            ..KernelTuning::baseline()
+        };
+        assert!(!mma_launch(2, 4096, 4096, SMS, &tuning).prepared);
+        let l = mma_launch(3, 4096, 4096, SMS, &tuning);
+        assert_eq!((l.variant, l.prepared), (MMA_HALF, true));
+        assert!(mma_launch(9, 4096, 4096, SMS, &KernelTuning::baseline()).prepared);
+    }
+
+    #[test]
+    fn the_defaults_are_the_measured_variants() {
+        let d = KernelTuning::default();
+        // qwen3-8b at batch 1: o_proj deep, gate|up not; 3 tokens on prepared inputs.
+        assert_eq!(mma_launch(1, 4096, 4096, SMS, &d).variant, MMA_DEEP);
+        assert_eq!(mma_launch(1, 24_576, 4096, SMS, &d).variant, 0);
+        assert_eq!(mma_launch(3, 24_576, 4096, SMS, &d).variant, MMA_HALF);
+        assert!(mma_launch(24, 4096, 4096, SMS, &d).token_tiles > 1);
+        // Serial attention from 4 tokens (qwen3-8b, 512-token prompts: batch 8 5.85 → 5.13 ms
+        // per step, 16 8.34 → 6.18; at 2 it loses, 4.99 → 5.34).
+        assert_eq!(d.serial_attention_from, Some(4));
+        assert!(d.tiled_weights && !d.cluster_attention);
+        assert_eq!(mma_launch(1024, 24_576, 4096, SMS, &d).variant, MMA_GEMM);
+        assert_eq!(mma_launch(64, 4096, 4096, SMS, &d).variant, MMA_GEMM_NARROW);
+        // From 32 tokens (qwen3-8b batch 32 on the wgmma GEMM: 9.8 against 11.8 ms per step).
+        assert_eq!(mma_launch(32, 4096, 4096, SMS, &d).variant, MMA_GEMM_NARROW);
+        assert!(mma_launch(31, 4096, 4096, SMS, &d).variant < MMA_GEMM);
+        assert!(d.wgmma);
+        // A short K (qwen3-0.6b: 1,024 to 3,072 columns) keeps the register kernels below 128
+        // tokens (batch 64 on the H200: 10,598 tok/s against 9,604 with the GEMM).
+        assert!(mma_launch(64, 4096, 3072, SMS, &d).variant < MMA_GEMM);
+        assert!(mma_launch(128, 4096, 1024, SMS, &d).variant >= MMA_GEMM);
+        assert_eq!(d.l2_prefetch_bytes, 0);
+    }
+
+    #[test]
+    fn token_split_fills_the_sms_with_the_widest_tile() {
+        let tuning = KernelTuning {
+            token_split: true,
+            ..KernelTuning::baseline()
+        };
+        let launch = |variant, rows, token_tiles| MmaLaunch {
+            variant,
+            rows,
+            token_tiles,
+            prepared: true,
+            splits: 1,
+        };
+        // qwen3-8b o_proj at 64 tokens: 128 blocks of 32 rows leave SMs idle; 32-token tiles over
+        // 16-row blocks give 512.
+        assert_eq!(
+            mma_launch(64, 4096, 4096, SMS, &tuning),
+            launch(MMA_SPLIT + 1, 16, 2)
+        );
+        // gate|up at 64 tokens: 768 blocks of one 64-token tile already.
+        assert_eq!(mma_launch(64, 24_576, 4096, SMS, &tuning), launch(3, 32, 1));
+        // A long prompt: 64-token tiles, a block each.
+        assert_eq!(
+            mma_launch(2048, 24_576, 4096, SMS, &tuning),
+            launch(MMA_SPLIT + 2, 32, 32)
+        );
+        // Rows too few for any tile to fill the SMs: 16-token tiles.
+        assert_eq!(
+            mma_launch(20, 64, 4096, SMS, &tuning),
+            launch(MMA_SPLIT, 16, 2)
+        );
+        // One 16-token tile is the plain n2.
+        assert_eq!(mma_launch(12, 1024, 4096, SMS, &tuning), launch(1, 16, 1));
+        // Up to 8 tokens, one n-tile as without the split.
+        assert_eq!(mma_launch(8, 64, 4096, SMS, &tuning).token_tiles, 1);
+    }
+}

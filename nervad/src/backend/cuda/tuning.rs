@@ -1,0 +1,184 @@
+//! Kernel variants that change speed only (`KernelTuning`): which kernel serves each launch,
+//! with the defaults the GPU machines measured faster and environment overrides for A/B runs.
+
+/// Kernel variants that give the same bits as the kernels they stand in for (GPU test
+/// `kernel_variants_give_identical_bits`), so choosing one changes only speed. The defaults are
+/// the ones the device measured faster (BENCHMARKS.md, 2026-11-25 fifth session);
+/// `NERVA_MMA_DEEP`, `NERVA_ATTN_SERIAL`, `NERVA_ATTN_CLUSTER`, `NERVA_MMA_PREPARED`,
+/// `NERVA_MMA_SPLIT` and `NERVA_TILED_WEIGHTS` override them for a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelTuning {
+    /// One-n-tile tensor-core projections (1–8 tokens) with at most this many 16-row blocks
+    /// per multiprocessor run the deep variant (`mma_*_n1d`: four weight groups in flight per
+    /// warp, two blocks per SM); 0 never.
+    pub deep_n1_blocks_per_sm: usize,
+    /// Decode-only steps of at least this many tokens run attention as one block per (token,
+    /// kv head) that computes and merges its splits itself (`attn_decode_serial`); None never.
+    pub serial_attention_from: Option<usize>,
+    /// Decode attention's split blocks of a (token, kv head) run as one thread-block cluster
+    /// and merge through each other's shared memory (`attn_decode_cluster`, sm_90+; elsewhere,
+    /// or where the device cannot hold such a cluster, the default kernel runs).
+    pub cluster_attention: bool,
+    /// Launches of at least this many tokens read inputs prepared by to_half (one-n-tile
+    /// launches through `mma_*_n1h`); at most 9 (past 8 tokens they always are), 0 for 9.
+    pub prepared_from: usize,
+    /// Past 8 tokens, split a launch's tokens over several blocks per row tile where one block
+    /// per row tile would leave SMs idle (`mma_launch`).
+    pub token_split: bool,
+    /// Store the projection weights in the tensor-core kernels' tiled layout (`weight_tiles`,
+    /// `mma_tiled.cu`): every warp-wide load reads 512 contiguous bytes. Only where nothing
+    /// else reads them (`Projections::Tensor` without `fast_prefill`: the GEMV and cuBLAS read
+    /// row-major weights).
+    pub tiled_weights: bool,
+    /// Decode attention of at most `l2_prefetch_until` tokens asks L2 for the first this many
+    /// bytes of the weights read after it (o, gate|up, down, the next layer's q|k|v or the LM
+    /// head), which it would otherwise leave HBM idle while it runs (`l2_prefetch`,
+    /// kernels/common.cuh; sm_90+); 0 never.
+    pub l2_prefetch_bytes: usize,
+    /// The largest decode step (tokens) whose attention prefetches (past it attention reads
+    /// enough KV to keep HBM busy itself).
+    pub l2_prefetch_until: usize,
+    /// Launches of at least this many tokens (past 8) run the fixed-order GEMM (`mma_*_gemm`:
+    /// 128-row × 128-token tiles staged in shared memory) instead of the register kernels;
+    /// None never.
+    pub gemm_from: Option<usize>,
+    /// The GEMM takes 64-token tiles (`mma_*_gemm64`) where its 128-token grid would leave
+    /// SMs idle for longer (`mma_launch`).
+    pub gemm_narrow: bool,
+    /// How many blocks share a GEMM tile's chains (mma.cuh, chain splits): `GemmSplit::Auto`
+    /// picks 1, 4 or 8 per launch by block waves (`gemm_splits`).
+    pub gemm_split: GemmSplit,
+    /// Launches of fewer than `MMA_GEMM_TOKENS` tokens take the GEMM (from `gemm_from`) only
+    /// for matrices of at least this many columns: with a shorter K a block's fixed cost
+    /// outweighs its share of the chains and the register kernels win; 0 always.
+    pub gemm_min_k: usize,
+    /// Steps with prompt tokens run attention as `attn_prefill` (a block's tokens of one
+    /// sequence share each KV tile) instead of one block per token (`attn_split`); head dims 64
+    /// and 128.
+    pub prefill_attention: bool,
+    /// The fixed-order GEMM runs on Hopper's warpgroup MMA (`mma_*_wg`, `mma_*_wg64`, sm_90a:
+    /// the same tiles, chains and bits, the tensor-core work issued asynchronously) where the
+    /// device is compute capability 9.0 and K is a multiple of 64; elsewhere the mma.sync GEMM.
+    pub wgmma: bool,
+}
+
+/// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
+/// share of the eight k-chains, merged in the one fixed order by the last to finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmSplit {
+    /// Per launch, by block waves (`gemm_splits`).
+    Auto,
+    /// Always this many (1, 4 or 8): 1 is off; 4 and 8 exist for the bit-identity tests.
+    Fixed(u32),
+}
+
+impl Default for KernelTuning {
+    /// Measured on the H100 (qwen3-0.6b and qwen3-8b, batch 1 to 64, BENCHMARKS.md): the deep
+    /// one-n-tile kernel where a projection gives at most 2 blocks per SM, serial attention
+    /// from 32 decode tokens (4 since the tenth session, below), prepared inputs from 3 tokens,
+    /// token splitting, tiled weights and the fixed-order GEMM from 64 tokens (from 128 where K < 4096) with its chains split over
+    /// blocks where the tiles are few and 64-token tiles where cheaper, prompt attention over
+    /// shared KV tiles (H200, 2026-11-26: qwen3-8b batch 64 18.4 → 16.0 ms per step and a
+    /// 2,048-token prompt 567 → 426 ms; qwen3-0.6b batch 64 lost 10% with the GEMM from 64
+    /// tokens, hence the K bound). Cluster attention lost at every batch size past 1;
+    /// the L2 prefetch during attention gained 2% at batch 8 and lost up to 6% at batch 1.
+    /// The GEMM on wgmma (H200, 2026-11-26 eighth session) took qwen3-8b batch 64 from 15.9 to
+    /// 13.7 ms per step and a 2,048-token prompt from 359 to 282 ms, and starting it at 32
+    /// tokens instead of 64 took batch 32 from 11.8 to 9.8 ms (at 16 it lost: 7.6 → 9.9 ms).
+    /// Serial attention from 4 tokens instead of 32 (H200, 2026-11-26 tenth session, after its
+    /// tile staging took one page lookup per position): qwen3-8b batch 8 5.36 → 4.74 ms per
+    /// step and 16 7.32 → 5.79 over 128-token prompts, 5.85 → 5.13 and 8.34 → 6.18 over 512;
+    /// batch 4 +0.6–3%; from 2 tokens batch 2 lost 2–7%.
+    fn default() -> Self {
+        KernelTuning {
+            deep_n1_blocks_per_sm: 2,
+            serial_attention_from: Some(4),
+            cluster_attention: false,
+            prepared_from: 3,
+            token_split: true,
+            tiled_weights: true,
+            l2_prefetch_bytes: 0,
+            l2_prefetch_until: 8,
+            gemm_from: Some(32),
+            gemm_narrow: true,
+            gemm_split: GemmSplit::Auto,
+            gemm_min_k: 4096,
+            prefill_attention: true,
+            wgmma: true,
+        }
+    }
+}
+
+impl KernelTuning {
+    /// The variants of the kernels as they were before any was measured (every variant off,
+    /// row-major weights): the baseline of the A/B runs.
+    pub fn baseline() -> Self {
+        KernelTuning {
+            deep_n1_blocks_per_sm: 0,
+            serial_attention_from: None,
+            cluster_attention: false,
+            prepared_from: 0,
+            token_split: false,
+            tiled_weights: false,
+            l2_prefetch_bytes: 0,
+            l2_prefetch_until: 0,
+            gemm_from: None,
+            gemm_narrow: false,
+            gemm_split: GemmSplit::Fixed(1),
+            gemm_min_k: 0,
+            prefill_attention: false,
+            wgmma: false,
+        }
+    }
+
+    /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>`,
+    /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
+    /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
+    /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
+    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1` and `NERVA_WGMMA=1`
+    /// applied (`0` turns a variant off;
+    /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
+    pub fn from_env() -> Self {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+        };
+        let d = if var("NERVA_KERNEL_BASELINE").is_some_and(|v| v != 0) {
+            KernelTuning::baseline()
+        } else {
+            KernelTuning::default()
+        };
+        // A token count from which a variant runs: `0` never, unset the default.
+        let from = |name: &str, default: Option<usize>| match var(name) {
+            Some(0) => None,
+            Some(n) => Some(n),
+            None => default,
+        };
+        KernelTuning {
+            deep_n1_blocks_per_sm: var("NERVA_MMA_DEEP").unwrap_or(d.deep_n1_blocks_per_sm),
+            serial_attention_from: from("NERVA_ATTN_SERIAL", d.serial_attention_from),
+            cluster_attention: var("NERVA_ATTN_CLUSTER").map_or(d.cluster_attention, |v| v != 0),
+            prepared_from: var("NERVA_MMA_PREPARED").unwrap_or(d.prepared_from),
+            token_split: var("NERVA_MMA_SPLIT").map_or(d.token_split, |v| v != 0),
+            tiled_weights: var("NERVA_TILED_WEIGHTS").map_or(d.tiled_weights, |v| v != 0),
+            l2_prefetch_bytes: var("NERVA_L2_PREFETCH_MIB")
+                .map_or(d.l2_prefetch_bytes, |mib| mib << 20),
+            l2_prefetch_until: var("NERVA_L2_PREFETCH_UNTIL").unwrap_or(d.l2_prefetch_until),
+            gemm_from: from("NERVA_MMA_GEMM", d.gemm_from),
+            gemm_narrow: var("NERVA_MMA_GEMM_NARROW").map_or(d.gemm_narrow, |v| v != 0),
+            gemm_split: match var("NERVA_MMA_GEMM_SPLIT") {
+                Some(0) => GemmSplit::Auto,
+                Some(n @ (1 | 4 | 8)) => GemmSplit::Fixed(n as u32),
+                Some(n) => {
+                    tracing::warn!("NERVA_MMA_GEMM_SPLIT={n} is not 0, 1, 4 or 8: ignored");
+                    d.gemm_split
+                }
+                None => d.gemm_split,
+            },
+            gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
+            prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
+            wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),
+        }
+    }
+}

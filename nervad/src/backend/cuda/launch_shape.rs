@@ -258,6 +258,27 @@ mod tests {
     const SMS: usize = 132;
 
     #[test]
+    fn to_half_slices_fill_the_sms_with_whole_chunks_per_thread() {
+        // qwen3-8b at 64 tokens: 4 slices of q|k|v's 4,096 columns (one 8-column chunk per
+        // thread each), 5 of down's 12,288; prompt chunks and batch 1 keep one per row.
+        assert_eq!(to_half_grid(64, 4096, SMS), (64, 4, 1));
+        assert_eq!(to_half_grid(64, 12_288, SMS), (64, 5, 1));
+        assert_eq!(to_half_grid(2048, 4096, SMS), (2048, 1, 1));
+        assert_eq!(to_half_grid(1, 4096, SMS), (1, 4, 1));
+        // A row shorter than one chunk per thread is never sliced.
+        assert_eq!(to_half_grid(3, 512, SMS), (3, 1, 1));
+        // Otherwise: at most one slice per 1,024 columns, and two blocks per SM where that
+        // allows.
+        for (m, k) in [(9, 1024), (32, 3072), (64, 2048), (300, 12_288)] {
+            let (rows, slices, _) = to_half_grid(m, k, SMS);
+            let most = (k / 1024).max(1);
+            assert_eq!(rows as usize, m);
+            assert!((1..=most).contains(&(slices as usize)));
+            assert!(m * slices as usize >= (2 * SMS).min(m * most));
+        }
+    }
+
+    #[test]
     fn baseline_tuning_launches_as_before() {
         let d = KernelTuning::baseline();
         for t in [1, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 2048] {

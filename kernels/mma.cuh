@@ -391,11 +391,22 @@ __device__ __forceinline__ void gemm_chain_done(int ci, int ci0, const float (&a
     }
 }
 
+// The barrier among the threads that hold a GEMM tile's sums: the whole block, or (SYNC = 1) the
+// 256 threads of the two computing warpgroups of the warp-specialized GEMM, whose producer
+// warpgroup has left (named barrier 1).
+template <int SYNC>
+__device__ __forceinline__ void tile_sync() {
+    if (SYNC == 0)
+        __syncthreads();
+    else
+        asm volatile("bar.sync 1, %0;\n" ::"n"(MMA_THREADS) : "memory");
+}
+
 // A split tile's exchange: each block writes what it holds (its pair in `sum` with 4 splits,
 // its chain in `acc` with 8) to its slice of ws ([tile][split][value][thread]) and counts itself
 // in counters[tile]; the last to arrive resets the counter, merges the slices as one block
 // would, ((p0 + p1) + p2) + p3 with p_i = w_i + w_(i+4), into `sum` and returns true.
-template <int VALS>
+template <int VALS, int SYNC = 0>
 __device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int tile_id, int split,
                                                   int splits, const float (&acc)[VALS],
                                                   float (&sum)[VALS]) {
@@ -407,10 +418,10 @@ __device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int 
         __stcg(slices + ((size_t)split * VALS + v) * MMA_THREADS + tid, held);
     }
     __threadfence();
-    __syncthreads();
+    tile_sync<SYNC>();
     __shared__ int last;
     if (tid == 0) last = atomicAdd(counters + tile_id, 1) == splits - 1;
-    __syncthreads();
+    tile_sync<SYNC>();
     if (!last) return false;
     __threadfence();
     if (tid == 0) counters[tile_id] = 0;
@@ -480,7 +491,7 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
 // The end of a GEMM block: the split exchange (when split), then the tile's sums through shared
 // memory (over the stages), so that the stores go by rows. `place(v, row, token)` says where the
 // thread's value v lies in the 128-row × BN-token tile.
-template <int EPI, int BN, int VALS, typename Place>
+template <int EPI, int BN, int VALS, typename Place, int SYNC = 0>
 __device__ __forceinline__ void gemm_finish(unsigned char* smem, const float (&acc)[VALS],
                                             float (&sum)[VALS], Place place, float* ws,
                                             int* counters, int tile_id, int split, int splits,
@@ -488,8 +499,10 @@ __device__ __forceinline__ void gemm_finish(unsigned char* smem, const float (&a
                                             float* __restrict__ y, int y_stride, int row0, int t0,
                                             int R, int T) {
     cp_async_wait<0>();
-    __syncthreads();
-    if (splits > 1 && !gemm_merge_splits(ws, counters, tile_id, split, splits, acc, sum)) return;
+    tile_sync<SYNC>();
+    if (splits > 1 &&
+        !gemm_merge_splits<VALS, SYNC>(ws, counters, tile_id, split, splits, acc, sum))
+        return;
     float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(smem);
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
@@ -497,7 +510,7 @@ __device__ __forceinline__ void gemm_finish(unsigned char* smem, const float (&a
         place(v, r, t);
         tile[r][t] = sum[v];
     }
-    __syncthreads();
+    tile_sync<SYNC>();
     gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T);
 }
 
@@ -665,13 +678,28 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 // where the weights stream from memory and the bytes in flight set the speed). A version with
 // bulk copies and per-stage barriers instead of cp.async and __syncthreads measured slower at
 // every size (BENCHMARKS.md, 2026-11-26 eighth session).
+// Compile-time knobs for experiments (NERVA_KERNEL_DEFINES on the GPU machine; the defaults are
+// what the host's wg_gemm_shared sizes, and fewer stages fit in what it gives). WG_PROBE is a
+// speed probe that gives wrong results: 1 skips staging the weights, 2 the inputs, to see what
+// their traffic costs; 3 runs all of a block's groups as one chain, to see what the chain ends
+// cost.
+#ifndef WG_STAGES_WIDE
+#define WG_STAGES_WIDE 5
+#endif
+#ifndef WG_STAGES_NARROW
+#define WG_STAGES_NARROW 8
+#endif
+#ifndef WG_PROBE
+#define WG_PROBE 0
+#endif
+
 template <int BN>
 struct WgTile {
     static constexpr int VALS = BN / 2;  // accumulators per thread: 16 rows × BN / 32 lanes
     static constexpr int B_BYTES = BN * MMA_GROUP * 2;
     static constexpr int STAGE_BYTES = GEMM_A_BYTES + B_BYTES;
     static constexpr int FIRST_BYTES = MMA_THREADS * VALS * 4;
-    static constexpr int STAGES = BN == 64 ? 8 : 5;
+    static constexpr int STAGES = BN == 64 ? WG_STAGES_NARROW : WG_STAGES_WIDE;
     static constexpr int AHEAD = STAGES - 2;
     // Dynamic shared memory of a launch (the host's wg_gemm_shared): 1 KiB more, to align the
     // stages to the swizzle atom.
@@ -685,76 +713,81 @@ struct IntC {
 
 // What one thread copies into every stage of the wgmma GEMM, set up once so that staging a group
 // costs a few adds per copy (ncu: address arithmetic and the group lookup were most of the
-// instructions, and instruction issue set the speed). Weights: the thread's GEMM_A_BYTES / 16 /
-// MMA_THREADS 16-byte chunks of the 8 row tiles (as gemm_stage_weights lays them out: chunk
-// i = tid + 256 r at i * 16, row tile i / 128). Inputs: chunk j = tid % 8 of tokens tid / 8 + 32 r
-// (the 128-byte swizzle: (t / 8) * 1024 + (t % 8) * 128 + (j ^ (t % 8)) * 16). Row tiles past R
-// and tokens past T are zero-filled.
-template <typename W, int BN>
+// instructions, and instruction issue set the speed). THREADS threads stage (the block's 256, or
+// the warp-specialized GEMM's producer warpgroup of 128); thread `tid` of them copies:
+// weights: its GEMM_A_BYTES / 16 / THREADS 16-byte chunks of the 8 row tiles (as
+// gemm_stage_weights lays them out: chunk i = tid + THREADS r at i * 16, row tile i / 128);
+// inputs: chunk j = tid % 8 of tokens tid / 8 + (THREADS / 8) r (the 128-byte swizzle:
+// (t / 8) * 1024 + (t % 8) * 128 + (j ^ (t % 8)) * 16). Row tiles past R and tokens past T are
+// zero-filled: their copies read 0 bytes, so their addresses (past the matrix) are never
+// dereferenced.
+template <typename W, int BN, int THREADS = MMA_THREADS>
 struct WgStager {
-    static constexpr int A_CHUNKS = GEMM_A_BYTES / 16 / MMA_THREADS;
-    static constexpr int B_CHUNKS = WgTile<BN>::B_BYTES / 16 / MMA_THREADS;
+    static constexpr int A_CHUNKS = GEMM_A_BYTES / 16 / THREADS;
+    static constexpr int B_CHUNKS = WgTile<BN>::B_BYTES / 16 / THREADS;
+    static constexpr int TILES_PER_CHUNK = THREADS / 128;  // row tiles from chunk r to r + 1
+    static constexpr int TOKENS_PER_CHUNK = THREADS / 8;   // tokens from chunk r to r + 1
     const W* a_src;  // chunk 0 of group 0
     const W* b_src;
     size_t a_step;   // elements from chunk r to r + 1
     size_t b_step;
     int a_group;     // elements from group gi to gi + 1
-    u32 b_dst;
+    u32 a_dst, b_dst;
     unsigned a_ok, b_ok;  // valid chunks, bit r
 
-    __device__ __forceinline__ WgStager(const W* __restrict__ w, const W* __restrict__ xh, int row0,
-                                        int R, int t0, int T, int K, int groups) {
-        const int tid = threadIdx.x;
+    __device__ __forceinline__ WgStager(int tid, const W* __restrict__ w,
+                                        const W* __restrict__ xh, int row0, int R, int t0, int T,
+                                        int K, int groups) {
         a_ok = 0;
         b_ok = 0;
+        a_dst = tid * 16;
 #if MMA_TILED
         // Tile (row0 / 16 + m), group gi: 1,024 elements at ((row0 / 16 + m) * groups + gi) * 1024.
         a_src = w + ((size_t)(row0 / 16 + tid / 128) * groups) * 1024 + (tid % 128) * 8;
-        a_step = (size_t)2 * groups * 1024;
+        a_step = (size_t)TILES_PER_CHUNK * groups * 1024;
         a_group = 1024;
 #else
         const int hq = (tid / 32) % 4, l = tid % 32;
         a_src = w + (size_t)(row0 + 16 * (tid / 128) + 8 * (hq >> 1) + (l >> 2)) * K +
                 32 * (hq & 1) + 8 * (l & 3);
-        a_step = (size_t)32 * K;
+        a_step = (size_t)16 * TILES_PER_CHUNK * K;
         a_group = MMA_GROUP;
 #endif
 #pragma unroll
         for (int r = 0; r < A_CHUNKS; ++r) {
 #if MMA_TILED
-            const bool ok = row0 + 16 * (tid / 128 + 2 * r) < R;
+            const bool ok = row0 + 16 * (tid / 128 + TILES_PER_CHUNK * r) < R;
 #else
-            const bool ok = row0 + 16 * (tid / 128 + 2 * r) + 8 * (((tid / 32) % 4) >> 1) +
-                                ((tid % 32) >> 2) < R;
+            const bool ok = row0 + 16 * (tid / 128 + TILES_PER_CHUNK * r) +
+                                8 * (((tid / 32) % 4) >> 1) + ((tid % 32) >> 2) < R;
 #endif
             a_ok |= (unsigned)ok << r;
         }
         const int t = tid / 8, j = tid % 8;
         b_src = xh + (size_t)(t0 + t) * K + 8 * j;
-        b_step = (size_t)32 * K;
+        b_step = (size_t)TOKENS_PER_CHUNK * K;
         b_dst = (t >> 3) * 1024 + (t & 7) * 128 + ((j ^ (t & 7)) << 4);
 #pragma unroll
-        for (int r = 0; r < B_CHUNKS; ++r) b_ok |= (unsigned)(t0 + t + 32 * r < T) << r;
+        for (int r = 0; r < B_CHUNKS; ++r)
+            b_ok |= (unsigned)(t0 + t + TOKENS_PER_CHUNK * r < T) << r;
     }
 
     // Group gi's weights into the stage at `a`.
-    __device__ __forceinline__ void weights(u32 a, int gi, const W* w) const {
-        const u32 dst = a + threadIdx.x * 16;
+    __device__ __forceinline__ void weights(u32 a, int gi) const {
+        if (WG_PROBE == 1) return;
+        const u32 dst = a + a_dst;
         const W* src = a_src + (size_t)gi * a_group;
 #pragma unroll
-        for (int r = 0; r < A_CHUNKS; ++r) {
-            const bool ok = (a_ok >> r) & 1;
-            cp_async16(dst + r * MMA_THREADS * 16, ok ? src + r * a_step : w, ok);
-        }
+        for (int r = 0; r < A_CHUNKS; ++r)
+            cp_async16(dst + r * THREADS * 16, src + r * a_step, (a_ok >> r) & 1);
     }
     // Group gi's inputs into the stage's input part at `b` (1 KiB aligned).
-    __device__ __forceinline__ void inputs(u32 b, int gi, const W* xh) const {
+    __device__ __forceinline__ void inputs(u32 b, int gi) const {
+        if (WG_PROBE == 2) return;
         const W* src = b_src + gi * MMA_GROUP;
 #pragma unroll
-        for (int r = 0; r < B_CHUNKS; ++r) {
-            const bool ok = (b_ok >> r) & 1;
-            cp_async16(b + b_dst + r * 4096, ok ? src + r * b_step : xh, ok);
-        }
+        for (int r = 0; r < B_CHUNKS; ++r)
+            cp_async16(b + b_dst + r * THREADS * 16, src + r * b_step, (b_ok >> r) & 1);
     }
 };
 
@@ -796,7 +829,7 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
     const u32 base = (raw + 1023) & ~1023u;
     const u32 last_slot = base + (WG_STAGES - 1) * L::STAGE_BYTES;
     auto advance = [&](u32& slot) { slot = slot == last_slot ? base : slot + L::STAGE_BYTES; };
-    const WgStager<W, BN> stager(w, xh, row0, R, t0, T, K, ch.groups);
+    const WgStager<W, BN> stager(threadIdx.x, w, xh, row0, R, t0, T, K, ch.groups);
     // The next group to stage and its slot; the slot of the next group to compute.
     GroupCursor ahead(ch);
     u32 fill = base, use = base;
@@ -808,7 +841,7 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
 #pragma unroll
         for (int s = 0; s < WG_AHEAD; ++s) {
             if (s < ch.mine) {
-                stager.weights(slot, c.gi, w);
+                stager.weights(slot, c.gi);
                 c.next(ch);
             }
             advance(slot);
@@ -818,7 +851,7 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
 #pragma unroll
     for (int s = 0; s < WG_AHEAD; ++s) {
         if (s < ch.mine) {
-            stager.inputs(fill + GEMM_A_BYTES, ahead.gi, xh);
+            stager.inputs(fill + GEMM_A_BYTES, ahead.gi);
             ahead.next(ch);
         }
         cp_async_commit();
@@ -838,8 +871,8 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         if (p + WG_AHEAD < ch.mine) {
-            stager.weights(fill, ahead.gi, w);
-            stager.inputs(fill + GEMM_A_BYTES, ahead.gi, xh);
+            stager.weights(fill, ahead.gi);
+            stager.inputs(fill + GEMM_A_BYTES, ahead.gi);
             ahead.next(ch);
         }
         cp_async_commit();
@@ -861,7 +894,12 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
     for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
 #pragma unroll
         for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
-        const int len = gemm_chain_len(gemm_chain(ci), ch.groups);
+        int len = gemm_chain_len(gemm_chain(ci), ch.groups);
+        // Probe 3: every group in one chain (what the chain ends cost).
+        if (WG_PROBE == 3) {
+            if (ci != ch.ci0) continue;
+            len = ch.mine;
+        }
         int j = 0;
         for (; j + 1 < len; j += 2, p += 2) {
             group(IntC<0>(), p);
@@ -887,6 +925,172 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
 #endif
 }
 
+// Shared-memory barriers (mbarrier) of the warp-specialized GEMM's stage ring.
+__device__ __forceinline__ void mbar_init(u32 bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// The arrival fires when every cp.async this thread issued before it has landed (noinc: the
+// barrier's count includes it).
+__device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Until the phase of parity `parity` has completed (a fresh barrier counts the phase before its
+// first, parity 1, as completed).
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+// The wgmma GEMM with its copies in a warpgroup of their own (WGS_THREADS = 384: warps 0-7
+// compute as wg_gemm_body's, warps 8-11 stage). Same tiles, chains, order, splits and epilogue:
+// the same bits. In wg_gemm_body every warp stages its share of each group between the barrier
+// and its wgmma, and all 8 warps meet at a block barrier per group (ncu, 2,048 tokens: tensor
+// pipe active 49%, the staging's address arithmetic and that barrier among the top stalls).
+// Here the producer warpgroup walks the block's groups through the STAGES slots on its own:
+// it waits for slot s to be empty (empty[s]: the 256 computing threads arrive once the wgmma
+// that read it have retired), copies, and full[s] completes when its 128 threads' copies have
+// landed. The computing warpgroups wait only for full[s], each on its own, so one can merge a
+// chain's end while the other keeps the tensor cores busy. The producer gives registers to the
+// computing warps (setmaxnreg: 40 and 232 per thread, 64,512 of the 65,536).
+#define WGS_THREADS 384
+template <typename W, int EPI>
+__device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
+                                              const float* __restrict__ bias,
+                                              const W* __restrict__ xh, int K, int R, int T,
+                                              float* __restrict__ y, int y_stride, int token_tiles,
+                                              float* ws, int* counters, int splits) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BN = 128;
+    typedef WgTile<BN> L;
+    constexpr int VALS = L::VALS, STAGES = L::STAGES;
+    extern __shared__ __align__(128) unsigned char gemm_smem[];
+    __shared__ __align__(8) unsigned long long bars[2 * STAGES];  // full[s], then empty[s]
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < L::SMEM) __trap();  // launched without its shared memory: a host bug
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tile_id = blockIdx.x / splits, split = blockIdx.x % splits;
+    const int row0 = (tile_id / token_tiles) * GEMM_BM;
+    const int t0 = (tile_id % token_tiles) * BN;
+    const GemmChains ch(split, splits, K);
+    const u32 raw = (u32)__cvta_generic_to_shared(gemm_smem);
+    const u32 base = (raw + 1023) & ~1023u;
+    const u32 full0 = (u32)__cvta_generic_to_shared(bars), empty0 = full0 + 8 * STAGES;
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, MMA_THREADS / 2);
+            mbar_init(empty0 + 8 * s, MMA_THREADS);
+        }
+    }
+    __syncthreads();
+
+    if (warp >= MMA_WARPS) {
+        // The producer: group p into slot p % STAGES once the computing warps released its
+        // previous group (p - STAGES). The first groups' weights do not depend on the previous
+        // kernel, their inputs do (to_half).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        const int ptid = tid - MMA_THREADS;
+        const WgStager<W, BN, MMA_THREADS / 2> stager(ptid, w, xh, row0, R, t0, T, K, ch.groups);
+        GroupCursor c(ch);
+        for (int p = 0; p < ch.mine && p < STAGES; ++p) {
+            stager.weights(base + p * L::STAGE_BYTES, c.gi);
+            c.next(ch);
+        }
+        pdl_enter();
+        GroupCursor ahead(ch);
+        for (int p = 0; p < ch.mine; ++p) {
+            const int s = p % STAGES;
+            const u32 slot = base + s * L::STAGE_BYTES;
+            if (p >= STAGES) {
+                mbar_wait(empty0 + 8 * s, ((p / STAGES) & 1) ^ 1);
+                stager.weights(slot, ahead.gi);
+            }
+            stager.inputs(slot + GEMM_A_BYTES, ahead.gi);
+            mbar_arrive_cp_async(full0 + 8 * s);
+            ahead.next(ch);
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    pdl_enter();
+    // acc[4 n + e]: n-tile n (tokens 8n ..), C element e (rows g, g + 8; tokens 2c, 2c + 1).
+    float acc[VALS], sum[VALS];
+    u32 fa[2][4][4];
+    float* first = reinterpret_cast<float*>(gemm_smem + (base - raw) + STAGES * L::STAGE_BYTES) +
+                   warp * (VALS * 32) + lane;
+    // Groups before `released` have been given back to the producer.
+    int released = 0;
+    auto release = [&](int upto) {
+        for (; released < upto; ++released) mbar_arrive(empty0 + 8 * (released % STAGES));
+    };
+    // Group p with fragment set SET.
+    auto group = [&](auto set, int p) {
+        constexpr int SET = decltype(set)::value;
+        const int s = p % STAGES;
+        const u32 slot = base + s * L::STAGE_BYTES;
+        mbar_wait(full0 + 8 * s, (p / STAGES) & 1);
+        // The copies into the slot are visible to the tensor cores (the async proxy).
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        gemm_a_fragments(slot, warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
+        gemm_a_fragments(slot, warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
+        wgmma_fence();
+        const u32 b = slot + GEMM_A_BYTES;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma_step<W>(acc, fa[SET][k], wgmma_desc_sw128(b + k * 32));
+        wgmma_commit();
+        wgmma_hold(acc);
+        // Group p - 1 retired: its fragments (the other set) and its slot are free again. (A
+        // third set, wait_group 2, makes ptxas serialize the wgmma.)
+        wgmma_wait<1>();
+        wgmma_hold(fa[SET ^ 1]);
+        release(p);
+    };
+    int p = 0;
+    for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
+#pragma unroll
+        for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
+        const int len = gemm_chain_len(gemm_chain(ci), ch.groups);
+        int j = 0;
+        for (; j + 1 < len; j += 2, p += 2) {
+            group(IntC<0>(), p);
+            group(IntC<1>(), p + 1);
+        }
+        if (j < len) group(IntC<0>(), p++);
+        wgmma_wait<0>();
+        wgmma_hold(acc);
+        wgmma_hold(fa[0]);
+        wgmma_hold(fa[1]);
+        release(p);
+        gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
+    }
+    const int g = lane >> 2, c = lane & 3;
+    auto place = [&](int v, int& r, int& t) {
+        const int n = v / 4, e = v % 4;
+        r = 16 * warp + g + 8 * (e >> 1);
+        t = 8 * n + 2 * c + (e & 1);
+    };
+    // Every group's copies have landed (each was waited for), so the tile may overwrite the
+    // stages.
+    gemm_finish<EPI, BN, VALS, decltype(place), 1>(gemm_smem, acc, sum, place, ws, counters,
+                                                   tile_id, split, splits, bias, y, y_stride,
+                                                   row0, t0, R, T);
+#else
+    __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
+#endif
+}
+
 // The GEMM variants of a family: the projection's parameter list (x, x_stride, x_rows, norm_w
 // and eps unused: the inputs come prepared), then the chain-split workspace: `splits` (1, 4 or
 // 8) blocks per 128 rows × BN tokens (tiles: token_tiles per row block, adjacent; a tile's
@@ -902,6 +1106,17 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
              int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
              float* ws, int* counters, int splits) {                                           \
         BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters, splits); \
+    }
+
+#define MMA_WGS_ENTRY(NAME, W, EPI)                                                           \
+    extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                              \
+        NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
+             const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
+             const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
+             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
+             float* ws, int* counters, int splits) {                                           \
+        wgs_gemm_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,    \
+                              splits);                                                          \
     }
 
 #define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \
@@ -935,7 +1150,8 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, mma_gemm_body, W, EPI, 128)   \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64)  \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128)      \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64)
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64)    \
+    MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

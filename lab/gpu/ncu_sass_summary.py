@@ -4,7 +4,9 @@
 reasons summed over all instructions, then the samples, instructions executed and top opcodes
 of each 2 KiB of code (the regions of a kernel: prologue, staging, math, merge, epilogue).
 
-    lab/gpu/ncu_sass_summary.py FILE.csv [--bin 2048] [--min-samples 20]
+    lab/gpu/ncu_sass_summary.py FILE.csv [--bin 2048] [--min-samples 20] [--top N]
+
+--top N adds the N instructions with the most samples, with their stall reasons.
 """
 import argparse
 import collections
@@ -41,6 +43,7 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--bin", type=lambda s: int(s, 0), default=2048)
     ap.add_argument("--min-samples", type=int, default=20)
+    ap.add_argument("--top", type=int, default=0)
     a = ap.parse_args()
     num = lambda row, key: int(row.get(key) or 0)
     for name, rows in kernels(a.csv):
@@ -65,6 +68,12 @@ def main():
                 top = " ".join(f"{o}:{c}" for o, c in ops.most_common(4))
                 why = " ".join(f"{o}:{c}" for o, c in st.most_common(3))
                 print(f"   +{k * a.bin:#07x} {s:6d} samples {n:9d} executed | {top} | {why}")
+        hot = sorted(rows, key=lambda r: -num(r, "Warp Stall Sampling (All Samples)"))[: a.top]
+        for r in hot:
+            why = collections.Counter({s[6:]: num(r, s) for s in stalls})
+            reasons = " ".join(f"{o}:{c}" for o, c in why.most_common(3) if c)
+            print(f"   {int(r['Address'], 16) - base:#07x} "
+                  f"{num(r, 'Warp Stall Sampling (All Samples)'):6d} {r['Source'][:60]:<60} {reasons}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ cp target/release/nervad target/release/nervactl .gpu/
 newest() {
   ls -t target/release/deps/"$1"-* | grep -v '\.d$' | head -1
 }
-for b in gpu_decode gpu_kernels preemption cuda_backend; do cp "$(newest $b)" .gpu/$b; done
-strip .gpu/*
+bins="gpu_decode gpu_kernels preemption cuda_backend"
+for b in $bins; do cp "$(newest $b)" .gpu/$b; done
+# Only what was just built: .gpu/ may also hold an older build kept for an A/B, or scripts.
+(cd .gpu && strip nervad nervactl $bins)
 du -sh .gpu

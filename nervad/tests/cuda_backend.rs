@@ -568,6 +568,30 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "tiled weights + the warp-specialized wgmma GEMM (Hopper) from 9 tokens, \
+                 128-token tiles, chains in 4 blocks per tile",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: false,
+                    gemm_split: GemmSplit::Fixed(4),
+                    wg_specialized: true,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "row-major weights + the warp-specialized wgmma GEMM (Hopper) from 9 tokens, \
+                 chains split where that saves waves",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_split: GemmSplit::Auto,
+                    wgmma: true,
+                    wg_specialized: true,
+                    ..KernelTuning::baseline()
+                },
+            ),
+            (
                 "the default variants + L2 prefetch",
                 KernelTuning {
                     l2_prefetch_bytes: 24 << 20,

@@ -2,7 +2,7 @@
 //! NVRTC and the CUDA headers come from the `nvidia-cuda-nvrtc` / `nvidia-cuda-runtime` wheels
 //! (`.ci/run` installs them and points `NERVA_NVRTC_LIB` / `NERVA_CUDA_INCLUDE` at them).
 //! Prints registers and spill bytes per kernel (ptxas -v). Skips with a reason when NVRTC or
-//! the headers are not installed.
+//! the headers are not installed. With `NERVA_CUBIN_DIR` set, the cubins are written there.
 
 use nervad::backend::cuda::kernels::{
     MODULES, build_in, compile, cuda_include_dir, nvrtc_available, resource_report,
@@ -34,6 +34,13 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
             assert_eq!(source.name, compiled.name);
             assert!(!compiled.cached);
             assert!(compiled.cubin.len() > 64, "{}: empty cubin", source.name);
+            // NERVA_CUBIN_DIR: keep the cubins, to read their SASS (nvdisasm, cuobjdump -sass).
+            if let Some(dir) = std::env::var_os("NERVA_CUBIN_DIR") {
+                let stem = source.name.trim_end_matches(".cu");
+                let path = std::path::Path::new(&dir).join(format!("{stem}_sm{arch}.cubin"));
+                std::fs::write(&path, &compiled.cubin)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            }
             // ptxas falls back to waiting for every wgmma where it cannot prove its registers
             // safe ("wgmma.mma_async instructions are serialized"): correct, but the GEMM's
             // pipeline is gone. That is a failure, not a warning to scroll past.
@@ -68,6 +75,8 @@ fn launch_threads(kernel: &str) -> u32 {
         1024
     } else if kernel == "read_bandwidth" {
         512
+    } else if kernel.ends_with("_wgs") {
+        384
     } else {
         256
     }

@@ -199,6 +199,18 @@ pub fn options(arch: u32, include: &Path) -> Vec<String> {
         "-lineinfo".into(),
         "-default-device".into(),
     ]
+    .into_iter()
+    .chain(experiment_defines())
+    .collect()
+}
+
+/// `NERVA_KERNEL_DEFINES="A=1 B"`: extra `-D` options for kernel experiments on the GPU machine
+/// (one binary, several settings of a kernel's compile-time knobs). They enter the cache key
+/// with the other options. Unset on every default path.
+fn experiment_defines() -> Vec<String> {
+    std::env::var("NERVA_KERNEL_DEFINES")
+        .map(|v| v.split_whitespace().map(|d| format!("-D{d}")).collect())
+        .unwrap_or_default()
 }
 
 /// Compile `source` to a cubin for `arch` with NVRTC. A compile error carries the log and the

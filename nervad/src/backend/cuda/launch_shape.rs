@@ -50,8 +50,9 @@ pub(super) const ATTN_GENERAL_DIM: usize = 128;
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
 /// fixed-order GEMM (`MMA_GEMM`).
-pub const MMA_VARIANTS: [&str; 13] = [
+pub const MMA_VARIANTS: [&str; 14] = [
     "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
+    "wgs",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -66,6 +67,12 @@ pub const MMA_GEMM_NARROW: usize = 10;
 /// Index of the wgmma GEMM in `MMA_VARIANTS` (then its 64-token tiles): the GEMM's launches
 /// where `KernelTuning::wgmma` holds.
 pub const MMA_WG: usize = 11;
+/// Index of the warp-specialized wgmma GEMM in `MMA_VARIANTS` (128-token tiles, a producer
+/// warpgroup beside the two computing ones): `wg`'s launches where `KernelTuning::wg_specialized`
+/// holds, with `MMA_WGS_THREADS` threads.
+pub const MMA_WGS: usize = 13;
+/// Threads per block of `MMA_WGS` (mma.cuh's WGS_THREADS); every other variant runs 256.
+pub const MMA_WGS_THREADS: u32 = 384;
 /// Tokens per block of the GEMM (mma.cuh's BN of `gemm`).
 pub const MMA_GEMM_TOKENS: usize = 128;
 /// Tokens per block of the narrow GEMM (`gemm64`).
@@ -326,6 +333,8 @@ mod tests {
         assert_ne!(mma_launch(8, 4096, 4096, SMS, &always).variant, MMA_GEMM);
         assert_eq!(mma_launch(9, 4096, 4096, SMS, &always), gemm(9));
         assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
+        assert_eq!(MMA_VARIANTS[MMA_WG], "wg");
+        assert_eq!(MMA_VARIANTS[MMA_WGS], "wgs");
         assert_eq!(MMA_VARIANTS[MMA_GEMM_NARROW], "gemm64");
         assert_eq!(
             (MMA_GEMM_SHARED, mma_gemm_shared(MMA_GEMM_NARROW_TOKENS)),

@@ -45,8 +45,9 @@ use launch_shape::{
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
-    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MmaLaunch,
-    gemm_splits, mma_gemm_shared, mma_launch, mma_variant, to_half_grid, wg_gemm_shared,
+    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WGS,
+    MMA_WGS_THREADS, MmaLaunch, gemm_splits, mma_gemm_shared, mma_launch, mma_variant,
+    to_half_grid, wg_gemm_shared,
 };
 pub use tuning::{GemmSplit, KernelTuning};
 
@@ -458,6 +459,8 @@ struct MmaFamily {
     /// The GEMM on wgmma (sm_90a), 128- and 64-token tiles.
     wg: Kernel,
     wg_narrow: Kernel,
+    /// The 128-token wgmma GEMM, warp-specialized (`MMA_WGS_THREADS` threads).
+    wg_specialized: Kernel,
 }
 
 impl MmaFamily {
@@ -473,6 +476,7 @@ impl MmaFamily {
             MMA_GEMM_NARROW => self.gemm_narrow,
             MMA_WG => self.wg,
             v if v == MMA_WG + 1 => self.wg_narrow,
+            MMA_WGS => self.wg_specialized,
             v => self.split[v - MMA_SPLIT],
         }
     }
@@ -1265,6 +1269,7 @@ impl CudaBackend {
                     gemm_narrow: m[MMA_GEMM_NARROW],
                     wg: m[MMA_WG],
                     wg_narrow: m[MMA_WG + 1],
+                    wg_specialized: m[MMA_WGS],
                     n1: m[0],
                     n2: m[1],
                     n4: m[2],
@@ -1344,6 +1349,20 @@ impl CudaBackend {
                 "the wgmma GEMM cannot run ({e}); the mma.sync GEMM does"
             );
             tuning.wgmma = false;
+        }
+        // Its warp-specialized 128-token tiles need the same shared memory; where refused, `wg`
+        // runs them (the same bits).
+        tuning.wg_specialized &= tuning.wgmma;
+        if tuning.wg_specialized {
+            let bytes = wg_gemm_shared(MMA_GEMM_TOKENS);
+            let granted: Result<(), BackendError> = k.mma.iter_mut().try_for_each(|f| {
+                f.wg_specialized = gpu.with_dynamic_shared(f.wg_specialized, bytes)?;
+                Ok(())
+            });
+            if let Err(e) = granted {
+                tracing::warn!(arch, "the warp-specialized wgmma GEMM cannot run ({e})");
+                tuning.wg_specialized = false;
+            }
         }
         if tuning.cluster_attention {
             let fits = if arch >= 90 {
@@ -1641,10 +1660,15 @@ impl CudaBackend {
         // in its order.
         let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
         let wg = gemm && self.tuning.wgmma && p.k.is_multiple_of(64);
-        let variant = if wg {
-            MMA_WG + (shape.variant - MMA_GEMM)
+        let variant = match shape.variant {
+            MMA_GEMM if wg && self.tuning.wg_specialized => MMA_WGS,
+            v if wg => MMA_WG + (v - MMA_GEMM),
+            v => v,
+        };
+        let threads = if variant == MMA_WGS {
+            MMA_WGS_THREADS
         } else {
-            shape.variant
+            256
         };
         let xh = if shape.prepared {
             self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t, wg)?
@@ -1670,10 +1694,11 @@ impl CudaBackend {
         // mma_tiled.cu reads them), x and y hold T rows of their strides, xh (when used) the T
         // prepared rows (for wg: in the wgmma order, K a multiple of 64), bias/norm are null or R/K floats; the grid is the row tiles times the
         // token tiles (times the splits); a split launch has at most gemm_split_blocks blocks
-        // (`gemm_splits`), within ws and counters, and its counters are zero between launches.
+        // (`gemm_splits`), within ws and counters, and its counters are zero between launches;
+        // the warp-specialized GEMM runs with the MMA_WGS_THREADS threads it is built for.
         unsafe {
             self.gpu
-                .launch(family.kernel(variant), (blocks, 1, 1), 256, args)
+                .launch(family.kernel(variant), (blocks, 1, 1), threads, args)
         }
     }
 

@@ -60,6 +60,12 @@ pub struct KernelTuning {
     /// the same tiles, chains and bits, the tensor-core work issued asynchronously) where the
     /// device is compute capability 9.0 and K is a multiple of 64; elsewhere the mma.sync GEMM.
     pub wgmma: bool,
+    /// The wgmma GEMM's 128-token tiles run warp-specialized (`mma_*_wgs`: a producer
+    /// warpgroup stages the groups through per-slot barriers, the two computing warpgroups only
+    /// wait for their data; the same bits). Off: measured on the same binary (2026-11-26
+    /// eleventh session, qwen3-8b, 2,048 tokens) it gained 1.5–6% per projection and 3% per
+    /// prompt on an H200 but lost 7% on gate|up and nothing overall on an H100.
+    pub wg_specialized: bool,
 }
 
 /// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
@@ -105,6 +111,7 @@ impl Default for KernelTuning {
             gemm_min_k: 4096,
             prefill_attention: true,
             wgmma: true,
+            wg_specialized: false,
         }
     }
 }
@@ -128,6 +135,7 @@ impl KernelTuning {
             gemm_min_k: 0,
             prefill_attention: false,
             wgmma: false,
+            wg_specialized: false,
         }
     }
 
@@ -135,8 +143,8 @@ impl KernelTuning {
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
-    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1` and `NERVA_WGMMA=1`
-    /// applied (`0` turns a variant off;
+    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`, `NERVA_WGMMA=1` and
+    /// `NERVA_WG_SPECIALIZED=1` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -179,6 +187,7 @@ impl KernelTuning {
             gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
             wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),
+            wg_specialized: var("NERVA_WG_SPECIALIZED").map_or(d.wg_specialized, |v| v != 0),
         }
     }
 }

@@ -682,7 +682,8 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 // what the host's wg_gemm_shared sizes, and fewer stages fit in what it gives). WG_PROBE is a
 // speed probe that gives wrong results: 1 skips staging the weights, 2 the inputs, to see what
 // their traffic costs; 3 runs all of a block's groups as one chain, to see what the chain ends
-// cost.
+// cost; 4 loads the weights' A fragments from shared memory for the first two groups only, 5
+// gives wgmma its A from shared memory (what the fragments' path through registers costs).
 #ifndef WG_STAGES_WIDE
 #define WG_STAGES_WIDE 5
 #endif
@@ -691,6 +692,22 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 #endif
 #ifndef WG_PROBE
 #define WG_PROBE 0
+#endif
+
+#if WG_PROBE == 5
+// Probe 5's wgmma with both operands from shared memory (bf16 whatever W is: a speed probe).
+__device__ __forceinline__ void wgmma_ss_probe(float (&d)[64], u64 a, u64 b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" WGMMA_REGS64
+                 "}, %64, %65, 1, 1, 1, 0, 0;\n"
+                 : WGMMA_ACC64
+                 : "l"(a), "l"(b));
+}
+__device__ __forceinline__ void wgmma_ss_probe(float (&d)[32], u64 a, u64 b) {
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" WGMMA_REGS32
+                 "}, %32, %33, 1, 1, 1, 0, 0;\n"
+                 : WGMMA_ACC32
+                 : "l"(a), "l"(b));
+}
 #endif
 
 template <int BN>
@@ -877,12 +894,23 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
         }
         cp_async_commit();
         advance(fill);
-        gemm_a_fragments(use, warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
-        gemm_a_fragments(use, warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
+        if (WG_PROBE != 4 || p < 2) {
+            gemm_a_fragments(use, warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
+            gemm_a_fragments(use, warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
+        }
         wgmma_fence();
         const u32 b = use + GEMM_A_BYTES;
+#if WG_PROBE == 5
+        // The weights from shared memory as wgmma's own operand (wrong values, the traffic of a
+        // 128-byte-swizzled A): what reading A through registers costs.
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            wgmma_ss_probe(acc, wgmma_desc_sw128(use + (warp / 4) * 8192 + s * 32),
+                           wgmma_desc_sw128(b + s * 32));
+#else
 #pragma unroll
         for (int s = 0; s < 4; ++s) wgmma_step<W>(acc, fa[SET][s], wgmma_desc_sw128(b + s * 32));
+#endif
         wgmma_commit();
         wgmma_hold(acc);
         advance(use);
@@ -963,14 +991,13 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // chain's end while the other keeps the tensor cores busy. The producer gives registers to the
 // computing warps (setmaxnreg: 40 and 232 per thread, 64,512 of the 65,536).
 #define WGS_THREADS 384
-template <typename W, int EPI>
+template <typename W, int EPI, int BN>
 __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
                                               const float* __restrict__ bias,
                                               const W* __restrict__ xh, int K, int R, int T,
                                               float* __restrict__ y, int y_stride, int token_tiles,
                                               float* ws, int* counters, int splits) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BN = 128;
     typedef WgTile<BN> L;
     constexpr int VALS = L::VALS, STAGES = L::STAGES;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
@@ -1108,14 +1135,14 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters, splits); \
     }
 
-#define MMA_WGS_ENTRY(NAME, W, EPI)                                                           \
+#define MMA_WGS_ENTRY(NAME, W, EPI, BN)                                                       \
     extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                              \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
              int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
              float* ws, int* counters, int splits) {                                           \
-        wgs_gemm_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,    \
+        wgs_gemm_body<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,\
                               splits);                                                          \
     }
 
@@ -1151,7 +1178,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64)  \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128)      \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64)    \
-    MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)
+    MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI, 128)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

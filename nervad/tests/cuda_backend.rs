@@ -581,11 +581,11 @@ fn kernel_variants_give_identical_bits() {
             ),
             (
                 "row-major weights + the warp-specialized wgmma GEMM (Hopper) from 9 tokens, \
-                 chains split where that saves waves",
+                 chains in 8 blocks per tile",
                 KernelTuning {
                     gemm_from: Some(9),
                     gemm_min_k: 0,
-                    gemm_split: GemmSplit::Auto,
+                    gemm_split: GemmSplit::Fixed(8),
                     wgmma: true,
                     wg_specialized: true,
                     ..KernelTuning::baseline()

@@ -68,8 +68,9 @@ pub const MMA_GEMM_NARROW: usize = 10;
 /// where `KernelTuning::wgmma` holds.
 pub const MMA_WG: usize = 11;
 /// Index of the warp-specialized wgmma GEMM in `MMA_VARIANTS` (128-token tiles, a producer
-/// warpgroup beside the two computing ones): `wg`'s launches where `KernelTuning::wg_specialized`
-/// holds, with `MMA_WGS_THREADS` threads.
+/// warpgroup beside the two computing ones): `wg`'s launches where
+/// `KernelTuning::wg_specialized` holds, with `MMA_WGS_THREADS` threads. (On 64-token tiles it
+/// measured 2–6% slower than `wg64`: 2026-11-26 eleventh session.)
 pub const MMA_WGS: usize = 13;
 /// Threads per block of `MMA_WGS` (mma.cuh's WGS_THREADS); every other variant runs 256.
 pub const MMA_WGS_THREADS: u32 = 384;

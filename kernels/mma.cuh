@@ -683,7 +683,9 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 // speed probe that gives wrong results: 1 skips staging the weights, 2 the inputs, to see what
 // their traffic costs; 3 runs all of a block's groups as one chain, to see what the chain ends
 // cost; 4 loads the weights' A fragments from shared memory for the first two groups only, 5
-// gives wgmma its A from shared memory (what the fragments' path through registers costs).
+// gives wgmma its A from shared memory (what the fragments' path through registers costs), 6
+// leaves out the proxy fence before each group's barrier (what the fence costs), 7 that barrier
+// (racing the refills: what the barrier costs).
 #ifndef WG_STAGES_WIDE
 #define WG_STAGES_WIDE 5
 #endif
@@ -885,8 +887,8 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
         constexpr int SET = decltype(set)::value;
         cp_async_wait<WG_AHEAD - 1>();
         // The copies into stage p are visible to the tensor cores (the async proxy).
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
+        if (WG_PROBE != 6) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (WG_PROBE != 7) __syncthreads();
         if (p + WG_AHEAD < ch.mine) {
             stager.weights(fill, ahead.gi);
             stager.inputs(fill + GEMM_A_BYTES, ahead.gi);

@@ -826,6 +826,70 @@ struct GroupCursor {
     }
 };
 
+// Where a wgmma GEMM block stands: its tile and chain split, the groups it runs, and its
+// dynamic shared memory (checked against what the kernel needs), the stages starting at the first
+// 1 KiB boundary (the swizzle atom).
+template <int BN>
+struct WgBlock {
+    int lane, warp, tile_id, split, row0, t0;
+    GemmChains ch;
+    u32 raw, base;
+    __device__ __forceinline__ WgBlock(unsigned char* smem, int K, int token_tiles, int splits)
+        : lane(threadIdx.x & 31),
+          warp(threadIdx.x >> 5),
+          tile_id(blockIdx.x / splits),
+          split(blockIdx.x % splits),
+          row0((tile_id / token_tiles) * GEMM_BM),
+          t0((tile_id % token_tiles) * BN),
+          ch(split, splits, K) {
+        u32 dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < WgTile<BN>::SMEM) __trap();  // launched without its shared memory: a host bug
+        raw = (u32)__cvta_generic_to_shared(smem);
+        base = (raw + 1023) & ~1023u;
+    }
+    // Where the thread's accumulator v lies in the 128-row × BN-token tile: n-tile v / 4, C
+    // element v % 4 (rows g, g + 8; tokens 2c, 2c + 1) of the warp's 16 rows.
+    __device__ __forceinline__ void place(int v, int& r, int& t) const {
+        const int g = lane >> 2, c = lane & 3, n = v / 4, e = v % 4;
+        r = 16 * warp + g + 8 * (e >> 1);
+        t = 8 * n + 2 * c + (e & 1);
+    }
+};
+
+// A wgmma GEMM block's chains in order: `group(IntC<set>(), p)` issues group p with fragment
+// set `set` (alternating, so group p - 1's wgmma stay in flight), each chain from a zero
+// accumulator; at a chain's end every wgmma retires, `retired(p)` hears that the groups before p
+// are done, and the chain is merged (gemm_chain_done).
+template <int VALS, typename Group, typename Retired>
+__device__ __forceinline__ void wg_chains(const GemmChains& ch, float (&acc)[VALS],
+                                          float (&sum)[VALS], u32 (&fa)[2][4][4], float* first,
+                                          Group group, Retired retired) {
+    int p = 0;
+    for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
+#pragma unroll
+        for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
+        int len = gemm_chain_len(gemm_chain(ci), ch.groups);
+        // Probe 3: every group in one chain (what the chain ends cost).
+        if (WG_PROBE == 3) {
+            if (ci != ch.ci0) continue;
+            len = ch.mine;
+        }
+        int j = 0;
+        for (; j + 1 < len; j += 2, p += 2) {
+            group(IntC<0>(), p);
+            group(IntC<1>(), p + 1);
+        }
+        if (j < len) group(IntC<0>(), p++);
+        wgmma_wait<0>();
+        wgmma_hold(acc);
+        wgmma_hold(fa[0]);
+        wgmma_hold(fa[1]);
+        retired(p);
+        gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
+    }
+}
+
 template <typename W, int EPI, int BN>
 __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
                                              const W* __restrict__ xh, int K, int R, int T,
@@ -835,17 +899,10 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
     typedef WgTile<BN> L;
     constexpr int VALS = L::VALS, WG_STAGES = L::STAGES, WG_AHEAD = L::AHEAD;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < L::SMEM) __trap();  // launched without its shared memory: a host bug
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int tile_id = blockIdx.x / splits, split = blockIdx.x % splits;
-    const int row0 = (tile_id / token_tiles) * GEMM_BM;
-    const int t0 = (tile_id % token_tiles) * BN;
-    const GemmChains ch(split, splits, K);
-    // The stages start at the first 1 KiB boundary (the swizzle atom).
-    const u32 raw = (u32)__cvta_generic_to_shared(gemm_smem);
-    const u32 base = (raw + 1023) & ~1023u;
+    const WgBlock<BN> blk(gemm_smem, K, token_tiles, splits);
+    const int lane = blk.lane, warp = blk.warp, row0 = blk.row0, t0 = blk.t0;
+    const GemmChains& ch = blk.ch;
+    const u32 raw = blk.raw, base = blk.base;
     const u32 last_slot = base + (WG_STAGES - 1) * L::STAGE_BYTES;
     auto advance = [&](u32& slot) { slot = slot == last_slot ? base : slot + L::STAGE_BYTES; };
     const WgStager<W, BN> stager(threadIdx.x, w, xh, row0, R, t0, T, K, ch.groups);
@@ -920,36 +977,10 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
         wgmma_wait<1>();
         wgmma_hold(fa[SET ^ 1]);
     };
-    int p = 0;
-    for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
-#pragma unroll
-        for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
-        int len = gemm_chain_len(gemm_chain(ci), ch.groups);
-        // Probe 3: every group in one chain (what the chain ends cost).
-        if (WG_PROBE == 3) {
-            if (ci != ch.ci0) continue;
-            len = ch.mine;
-        }
-        int j = 0;
-        for (; j + 1 < len; j += 2, p += 2) {
-            group(IntC<0>(), p);
-            group(IntC<1>(), p + 1);
-        }
-        if (j < len) group(IntC<0>(), p++);
-        wgmma_wait<0>();
-        wgmma_hold(acc);
-        wgmma_hold(fa[0]);
-        wgmma_hold(fa[1]);
-        gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
-    }
-    const int g = lane >> 2, c = lane & 3;
-    auto place = [&](int v, int& r, int& t) {
-        const int n = v / 4, e = v % 4;
-        r = 16 * warp + g + 8 * (e >> 1);
-        t = 8 * n + 2 * c + (e & 1);
-    };
-    gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, tile_id, split, splits, bias, y,
-                         y_stride, row0, t0, R, T);
+    wg_chains(ch, acc, sum, fa, first, group, [](int) {});
+    auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
+    gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, blk.tile_id, blk.split, splits,
+                         bias, y, y_stride, row0, t0, R, T);
 #else
     __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
 #endif
@@ -1004,16 +1035,10 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     constexpr int VALS = L::VALS, STAGES = L::STAGES;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * STAGES];  // full[s], then empty[s]
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < L::SMEM) __trap();  // launched without its shared memory: a host bug
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int tile_id = blockIdx.x / splits, split = blockIdx.x % splits;
-    const int row0 = (tile_id / token_tiles) * GEMM_BM;
-    const int t0 = (tile_id % token_tiles) * BN;
-    const GemmChains ch(split, splits, K);
-    const u32 raw = (u32)__cvta_generic_to_shared(gemm_smem);
-    const u32 base = (raw + 1023) & ~1023u;
+    const WgBlock<BN> blk(gemm_smem, K, token_tiles, splits);
+    const int tid = threadIdx.x, lane = blk.lane, warp = blk.warp, row0 = blk.row0, t0 = blk.t0;
+    const GemmChains& ch = blk.ch;
+    const u32 raw = blk.raw, base = blk.base;
     const u32 full0 = (u32)__cvta_generic_to_shared(bars), empty0 = full0 + 8 * STAGES;
     if (tid == 0) {
 #pragma unroll
@@ -1086,35 +1111,13 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         wgmma_hold(fa[SET ^ 1]);
         release(p);
     };
-    int p = 0;
-    for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
-#pragma unroll
-        for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
-        const int len = gemm_chain_len(gemm_chain(ci), ch.groups);
-        int j = 0;
-        for (; j + 1 < len; j += 2, p += 2) {
-            group(IntC<0>(), p);
-            group(IntC<1>(), p + 1);
-        }
-        if (j < len) group(IntC<0>(), p++);
-        wgmma_wait<0>();
-        wgmma_hold(acc);
-        wgmma_hold(fa[0]);
-        wgmma_hold(fa[1]);
-        release(p);
-        gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
-    }
-    const int g = lane >> 2, c = lane & 3;
-    auto place = [&](int v, int& r, int& t) {
-        const int n = v / 4, e = v % 4;
-        r = 16 * warp + g + 8 * (e >> 1);
-        t = 8 * n + 2 * c + (e & 1);
-    };
+    wg_chains(ch, acc, sum, fa, first, group, release);
+    auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
     // Every group's copies have landed (each was waited for), so the tile may overwrite the
     // stages.
     gemm_finish<EPI, BN, VALS, decltype(place), 1>(gemm_smem, acc, sum, place, ws, counters,
-                                                   tile_id, split, splits, bias, y, y_stride,
-                                                   row0, t0, R, T);
+                                                   blk.tile_id, blk.split, splits, bias, y,
+                                                   y_stride, row0, t0, R, T);
 #else
     __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
 #endif
@@ -1126,9 +1129,10 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 // splits adjacent), GemmTile<BN>::SMEM (wg: WgTile<BN>::SMEM) bytes of dynamic shared memory;
 // with splits > 1, ws holds tiles × splits × 128 × BN floats and counters one zero int per tile.
 // gemm / gemm64: mma.sync, 128- or 64-token tiles; wg / wg64: the same on wgmma (sm_90a, inputs
-// in the wgmma order, K a multiple of 64).
-#define MMA_GEMM_ENTRY(NAME, BODY, W, EPI, BN)                                                 \
-    extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1)                               \
+// in the wgmma order, K a multiple of 64); wgs: wg's 128-token tiles warp-specialized
+// (WGS_THREADS threads).
+#define MMA_GEMM_ENTRY(NAME, BODY, W, EPI, BN, THREADS)                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
@@ -1137,16 +1141,6 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters, splits); \
     }
 
-#define MMA_WGS_ENTRY(NAME, W, EPI, BN)                                                       \
-    extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                              \
-        NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
-             const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
-             const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
-             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
-             float* ws, int* counters, int splits) {                                           \
-        wgs_gemm_body<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,\
-                              splits);                                                          \
-    }
 
 #define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT, DEEP))   \
@@ -1176,11 +1170,11 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1)        \
     MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1)        \
     MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1)      \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, mma_gemm_body, W, EPI, 128)   \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64)  \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128)      \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64)    \
-    MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI, 128)
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, mma_gemm_body, W, EPI, 128, MMA_THREADS)  \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64, MMA_THREADS) \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128, MMA_THREADS)     \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64, MMA_THREADS)    \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wgs, wgs_gemm_body, W, EPI, 128, WGS_THREADS)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

@@ -658,26 +658,6 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
                          y_stride, row0, t0, R, T);
 }
 
-// The fixed-order GEMM on Hopper's warpgroup MMA (sm_90a): mma_gemm_body's tile, chains, order,
-// splits and epilogue, and its bits (wgmma gives mma.sync's bits step for step: wgmma.cuh), with
-// the tensor-core work issued asynchronously per warpgroup. Warp w holds row tile w (its A
-// fragments from the staged weights, as mma_gemm_body reads them) and all BN tokens: the two
-// warpgroups are 64 rows each, one m64 × BN × k16 wgmma per step. The inputs come prepared by
-// to_half in the wgmma order: within each group of 64, step s's logical k 0..15 stored
-// together (x̃[16 s + l] = x̂ at mma step s's logical k l), so that a token's group is one
-// 128-byte row of the 128-byte-swizzled K-major layout (8 tokens per 1 KiB atom, 16-byte chunk j
-// of token t at chunk j ^ (t % 8): the tensor cores read it without bank conflicts, where the
-// unswizzled layout measured 56% excess shared-memory wavefronts) and stages with 16-byte copies.
-// K must be a multiple of 64 (the host takes mma_gemm_body otherwise).
-//
-// Pipeline: STAGES stages, group p + AHEAD (= STAGES - 2) staged while group p computes. Group
-// p's wgmma stay in flight until the warpgroup has issued group p + 1 (wait_group 1), so each
-// warp keeps two sets of A fragments; the stage refilled at group p last held group p - 2, which
-// every warpgroup retired before the barrier that precedes the refill. As many stages as fit in
-// 225 KiB with the pair-opening chains: 5 on 128-token tiles, 8 on 64-token ones (decode steps,
-// where the weights stream from memory and the bytes in flight set the speed). A version with
-// bulk copies and per-stage barriers instead of cp.async and __syncthreads measured slower at
-// every size (BENCHMARKS.md, 2026-11-26 eighth session).
 // Compile-time knobs for experiments (NERVA_KERNEL_DEFINES on the GPU machine; the defaults are
 // what the host's wg_gemm_shared sizes, and fewer stages fit in what it gives). WG_PROBE is a
 // speed probe that gives wrong results: 1 skips staging the weights, 2 the inputs, to see what
@@ -712,6 +692,26 @@ __device__ __forceinline__ void wgmma_ss_probe(float (&d)[32], u64 a, u64 b) {
 }
 #endif
 
+// The fixed-order GEMM on Hopper's warpgroup MMA (sm_90a): mma_gemm_body's tile, chains, order,
+// splits and epilogue, and its bits (wgmma gives mma.sync's bits step for step: wgmma.cuh), with
+// the tensor-core work issued asynchronously per warpgroup. Warp w holds row tile w (its A
+// fragments from the staged weights, as mma_gemm_body reads them) and all BN tokens: the two
+// warpgroups are 64 rows each, one m64 × BN × k16 wgmma per step. The inputs come prepared by
+// to_half in the wgmma order: within each group of 64, step s's logical k 0..15 stored
+// together (x̃[16 s + l] = x̂ at mma step s's logical k l), so that a token's group is one
+// 128-byte row of the 128-byte-swizzled K-major layout (8 tokens per 1 KiB atom, 16-byte chunk j
+// of token t at chunk j ^ (t % 8): the tensor cores read it without bank conflicts, where the
+// unswizzled layout measured 56% excess shared-memory wavefronts) and stages with 16-byte copies.
+// K must be a multiple of 64 (the host takes mma_gemm_body otherwise).
+//
+// Pipeline: STAGES stages, group p + AHEAD (= STAGES - 2) staged while group p computes. Group
+// p's wgmma stay in flight until the warpgroup has issued group p + 1 (wait_group 1), so each
+// warp keeps two sets of A fragments; the stage refilled at group p last held group p - 2, which
+// every warpgroup retired before the barrier that precedes the refill. As many stages as fit in
+// 225 KiB with the pair-opening chains: 5 on 128-token tiles, 8 on 64-token ones (decode steps,
+// where the weights stream from memory and the bytes in flight set the speed). A version with
+// bulk copies and per-stage barriers instead of cp.async and __syncthreads measured slower at
+// every size (BENCHMARKS.md, 2026-11-26 eighth session).
 template <int BN>
 struct WgTile {
     static constexpr int VALS = BN / 2;  // accumulators per thread: 16 rows × BN / 32 lanes

@@ -19,7 +19,7 @@ use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW,
     MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS, MMA_WG, MMA_WGS,
-    MMA_WGS_THREADS, MmaLaunch, gemm_splits, kernels, mma_gemm_shared, mma_launch, to_half_grid,
+    MmaLaunch, gemm_splits, kernels, mma_gemm_shared, mma_launch, mma_threads, to_half_grid,
     wg_gemm_shared,
 };
 use nervad::model::DType;
@@ -337,11 +337,6 @@ impl Bench {
                 args
             };
             let blocks = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
-            let threads = if launch.variant == MMA_WGS {
-                MMA_WGS_THREADS
-            } else {
-                256
-            };
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
             // token_tiles) and the GEMM's (ws, counters, splits), the grid the row tiles times
             // the token tiles times the splits: w covers R×K bf16 inside the weights region, x T
@@ -349,7 +344,7 @@ impl Bench {
             // bias and rows null; a split launch stays within GEMM_SPLIT_MAX_BLOCKS_PER_SM × SMs
             // blocks (gemm_splits), which ws and the zeroed counters cover; the warp-specialized
             // GEMM runs with the 384 threads it is built for.
-            unsafe { gpu.launch(kernel, (blocks, 1, 1), threads, args) }
+            unsafe { gpu.launch(kernel, (blocks, 1, 1), mma_threads(launch.variant), args) }
         })
     }
 

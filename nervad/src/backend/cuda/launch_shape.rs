@@ -74,6 +74,15 @@ pub const MMA_WG: usize = 11;
 pub const MMA_WGS: usize = 13;
 /// Threads per block of `MMA_WGS` (mma.cuh's WGS_THREADS); every other variant runs 256.
 pub const MMA_WGS_THREADS: u32 = 384;
+
+/// Threads per block of a launch of `MMA_VARIANTS[variant]`.
+pub const fn mma_threads(variant: usize) -> u32 {
+    if variant == MMA_WGS {
+        MMA_WGS_THREADS
+    } else {
+        256
+    }
+}
 /// Tokens per block of the GEMM (mma.cuh's BN of `gemm`).
 pub const MMA_GEMM_TOKENS: usize = 128;
 /// Tokens per block of the narrow GEMM (`gemm64`).
@@ -336,6 +345,7 @@ mod tests {
         assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
         assert_eq!(MMA_VARIANTS[MMA_WG], "wg");
         assert_eq!(MMA_VARIANTS[MMA_WGS], "wgs");
+        assert_eq!((mma_threads(MMA_WG), mma_threads(MMA_WGS)), (256, MMA_WGS_THREADS));
         assert_eq!(MMA_VARIANTS[MMA_GEMM_NARROW], "gemm64");
         assert_eq!(
             (MMA_GEMM_SHARED, mma_gemm_shared(MMA_GEMM_NARROW_TOKENS)),

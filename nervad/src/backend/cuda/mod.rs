@@ -46,7 +46,7 @@ use launch_shape::{
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
     MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WGS,
-    MMA_WGS_THREADS, MmaLaunch, gemm_splits, mma_gemm_shared, mma_launch, mma_variant,
+    MMA_WGS_THREADS, MmaLaunch, gemm_splits, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
     to_half_grid, wg_gemm_shared,
 };
 pub use tuning::{GemmSplit, KernelTuning};
@@ -1665,11 +1665,6 @@ impl CudaBackend {
             v if wg => MMA_WG + (v - MMA_GEMM),
             v => v,
         };
-        let threads = if variant == MMA_WGS {
-            MMA_WGS_THREADS
-        } else {
-            256
-        };
         let xh = if shape.prepared {
             self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t, wg)?
         } else {
@@ -1697,8 +1692,12 @@ impl CudaBackend {
         // (`gemm_splits`), within ws and counters, and its counters are zero between launches;
         // the warp-specialized GEMM runs with the MMA_WGS_THREADS threads it is built for.
         unsafe {
-            self.gpu
-                .launch(family.kernel(variant), (blocks, 1, 1), threads, args)
+            self.gpu.launch(
+                family.kernel(variant),
+                (blocks, 1, 1),
+                mma_threads(variant),
+                args,
+            )
         }
     }
 

@@ -345,7 +345,10 @@ mod tests {
         assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
         assert_eq!(MMA_VARIANTS[MMA_WG], "wg");
         assert_eq!(MMA_VARIANTS[MMA_WGS], "wgs");
-        assert_eq!((mma_threads(MMA_WG), mma_threads(MMA_WGS)), (256, MMA_WGS_THREADS));
+        assert_eq!(
+            (mma_threads(MMA_WG), mma_threads(MMA_WGS)),
+            (256, MMA_WGS_THREADS)
+        );
         assert_eq!(MMA_VARIANTS[MMA_GEMM_NARROW], "gemm64");
         assert_eq!(
             (MMA_GEMM_SHARED, mma_gemm_shared(MMA_GEMM_NARROW_TOKENS)),

@@ -1012,6 +1012,45 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
         : "memory");
 }
 
+// A CUDA tensor map (CUtensorMap: 128 opaque bytes the host encodes with
+// cuTensorMapEncodeTiled), passed to a kernel by value as a __grid_constant__ parameter.
+struct __align__(64) TmaMap {
+    u64 opaque[16];
+};
+
+// The barrier's current phase also waits for `bytes` more of asynchronous copies (no arrival).
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.expect_tx.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// Arrive on the barrier, its current phase waiting for `bytes` more of asynchronous copies.
+__device__ __forceinline__ void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+// Fetch a tensor map into the descriptor cache ahead of its first copy.
+__device__ __forceinline__ void tma_prefetch_map(const TmaMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
+// The box of `map` at coordinates (c0, c1[, c2]) into shared memory at `dst`, counted in
+// barrier `bar`'s transaction bytes (elements past the tensor's bounds arrive as zeros).
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, u32 bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(u32 dst, const TmaMap* map, u32 bar, int c0, int c1,
+                                            int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+
 // The wgmma GEMM with its copies in a warpgroup of their own (WGS_THREADS = 384: warps 0-7
 // compute as wg_gemm_body's, warps 8-11 stage). Same tiles, chains, order, splits and epilogue:
 // the same bits. In wg_gemm_body every warp stages its share of each group between the barrier
@@ -1023,13 +1062,22 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 // landed. The computing warpgroups wait only for full[s], each on its own, so one can merge a
 // chain's end while the other keeps the tensor cores busy. The producer gives registers to the
 // computing warps (setmaxnreg: 40 and 232 per thread, 64,512 of the 65,536).
+//
+// TMA (wgt; tiled weights only): one producer thread stages each group with two bulk tensor
+// copies instead of 128 threads' 16-byte copies: the weights' 8 row tiles (`wmap`, the tiled
+// layout seen as [row tile][8 × groups][128] 16-bit elements, box 8 × 8 × 128: the 16 KiB land
+// in gemm_stage_weights's order) and the tokens' group (`xmap`, [T][K], box BN × 64 with the
+// 128-byte swizzle, which is the layout wg stages by hand; tokens past T arrive as zeros).
+// full[s] completes on the copies' bytes, so the computing warps need no proxy fence: the
+// copies write through the async proxy that the tensor cores read.
 #define WGS_THREADS 384
-template <typename W, int EPI, int BN>
+template <typename W, int EPI, int BN, bool TMA>
 __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
                                               const float* __restrict__ bias,
                                               const W* __restrict__ xh, int K, int R, int T,
                                               float* __restrict__ y, int y_stride, int token_tiles,
-                                              float* ws, int* counters, int splits) {
+                                              float* ws, int* counters, int splits,
+                                              const TmaMap* wmap, const TmaMap* xmap) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgTile<BN> L;
     constexpr int VALS = L::VALS, STAGES = L::STAGES;
@@ -1043,7 +1091,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(full0 + 8 * s, MMA_THREADS / 2);
+            mbar_init(full0 + 8 * s, TMA ? 1 : MMA_THREADS / 2);
             mbar_init(empty0 + 8 * s, MMA_THREADS);
         }
     }
@@ -1054,25 +1102,65 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         // previous group (p - STAGES). The first groups' weights do not depend on the previous
         // kernel, their inputs do (to_half).
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        const int ptid = tid - MMA_THREADS;
-        const WgStager<W, BN, MMA_THREADS / 2> stager(ptid, w, xh, row0, R, t0, T, K, ch.groups);
-        GroupCursor c(ch);
-        for (int p = 0; p < ch.mine && p < STAGES; ++p) {
-            stager.weights(base + p * L::STAGE_BYTES, c.gi);
-            c.next(ch);
-        }
-        pdl_enter();
-        GroupCursor ahead(ch);
-        for (int p = 0; p < ch.mine; ++p) {
-            const int s = p % STAGES;
-            const u32 slot = base + s * L::STAGE_BYTES;
-            if (p >= STAGES) {
-                mbar_wait(empty0 + 8 * s, ((p / STAGES) & 1) ^ 1);
-                stager.weights(slot, ahead.gi);
+        if constexpr (TMA) {
+#if MMA_TILED
+            if (tid != MMA_THREADS) return;
+            tma_prefetch_map(wmap);
+            tma_prefetch_map(xmap);
+            // Group gi's weights / inputs into `slot`, counted in barrier `full`.
+            auto weights = [&](u32 slot, u32 full, int gi) {
+                tma_load_3d(slot, wmap, full, 0, 8 * gi, row0 / 16);
+            };
+            auto inputs = [&](u32 slot, u32 full, int gi) {
+                tma_load_2d(slot + GEMM_A_BYTES, xmap, full, gi * MMA_GROUP, t0);
+            };
+            GroupCursor c(ch);
+            for (int p = 0; p < ch.mine && p < STAGES; ++p) {
+                mbar_expect_tx(full0 + 8 * p, GEMM_A_BYTES);
+                weights(base + p * L::STAGE_BYTES, full0 + 8 * p, c.gi);
+                c.next(ch);
             }
-            stager.inputs(slot + GEMM_A_BYTES, ahead.gi);
-            mbar_arrive_cp_async(full0 + 8 * s);
-            ahead.next(ch);
+            pdl_enter();
+            GroupCursor ahead(ch);
+            for (int p = 0; p < ch.mine; ++p) {
+                const int s = p % STAGES;
+                const u32 slot = base + s * L::STAGE_BYTES, full = full0 + 8 * s;
+                if (p >= STAGES) {
+                    mbar_wait(empty0 + 8 * s, ((p / STAGES) & 1) ^ 1);
+                    mbar_arrive_expect_tx(full, L::STAGE_BYTES);
+                    weights(slot, full, ahead.gi);
+                } else {
+                    mbar_arrive_expect_tx(full, L::B_BYTES);
+                }
+                inputs(slot, full, ahead.gi);
+                ahead.next(ch);
+            }
+            return;
+#else
+            __trap();  // the host runs wgt on tiled weights only
+#endif
+        } else {
+            const int ptid = tid - MMA_THREADS;
+            const WgStager<W, BN, MMA_THREADS / 2> stager(ptid, w, xh, row0, R, t0, T, K,
+                                                          ch.groups);
+            GroupCursor c(ch);
+            for (int p = 0; p < ch.mine && p < STAGES; ++p) {
+                stager.weights(base + p * L::STAGE_BYTES, c.gi);
+                c.next(ch);
+            }
+            pdl_enter();
+            GroupCursor ahead(ch);
+            for (int p = 0; p < ch.mine; ++p) {
+                const int s = p % STAGES;
+                const u32 slot = base + s * L::STAGE_BYTES;
+                if (p >= STAGES) {
+                    mbar_wait(empty0 + 8 * s, ((p / STAGES) & 1) ^ 1);
+                    stager.weights(slot, ahead.gi);
+                }
+                stager.inputs(slot + GEMM_A_BYTES, ahead.gi);
+                mbar_arrive_cp_async(full0 + 8 * s);
+                ahead.next(ch);
+            }
         }
         return;
     }
@@ -1096,7 +1184,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         const u32 slot = base + s * L::STAGE_BYTES;
         mbar_wait(full0 + 8 * s, (p / STAGES) & 1);
         // The copies into the slot are visible to the tensor cores (the async proxy).
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (!TMA) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         gemm_a_fragments(slot, warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
         gemm_a_fragments(slot, warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
         wgmma_fence();
@@ -1130,15 +1218,31 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 // with splits > 1, ws holds tiles × splits × 128 × BN floats and counters one zero int per tile.
 // gemm / gemm64: mma.sync, 128- or 64-token tiles; wg / wg64: the same on wgmma (sm_90a, inputs
 // in the wgmma order, K a multiple of 64); wgs: wg's 128-token tiles warp-specialized
-// (WGS_THREADS threads).
+// (WGS_THREADS threads); wgt: the warp-specialized GEMM staged by tensor copies (tiled
+// weights).
+#define MMA_GEMM_PARAMS(W)                                                                  \
+    const W *__restrict__ w, const float *__restrict__ bias, const float *__restrict__ x,     \
+        int x_stride, const W *__restrict__ xh, const int *__restrict__ x_rows,               \
+        const float *__restrict__ norm_w, float eps, int K, int R, int T,                     \
+        float *__restrict__ y, int y_stride, int token_tiles, float *ws, int *counters,       \
+        int splits
 #define MMA_GEMM_ENTRY(NAME, BODY, W, EPI, BN, THREADS)                                        \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                   \
-        NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
-             const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
-             const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
-             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
-             float* ws, int* counters, int splits) {                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {         \
         BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters, splits); \
+    }
+// The warp-specialized GEMM: wgs staging by cp.async, wgt by tensor copies (`wmap`, `xmap`
+// after the GEMM's parameters).
+#define MMA_WGS_ENTRY(NAME, W, EPI)                                                            \
+    extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {     \
+        wgs_gemm_body<W, EPI, 128, false>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,  \
+                                          counters, splits, nullptr, nullptr);                 \
+    }
+#define MMA_WGT_ENTRY(NAME, W, EPI)                                                        \
+    extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
+        NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
+             const __grid_constant__ TmaMap xmap) {                                            \
+        wgs_gemm_body<W, EPI, 128, true>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,   \
+                                         counters, splits, &wmap, &xmap);                      \
     }
 
 
@@ -1174,7 +1278,8 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64, MMA_THREADS) \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128, MMA_THREADS)     \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64, MMA_THREADS)    \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wgs, wgs_gemm_body, W, EPI, 128, WGS_THREADS)
+    MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)                                 \
+    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

@@ -17,10 +17,10 @@ use clap::Parser;
 use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
-    GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW,
-    MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS, MMA_WG, MMA_WGS,
-    MmaLaunch, gemm_splits, kernels, mma_gemm_shared, mma_launch, mma_threads, to_half_grid,
-    wg_gemm_shared,
+    GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
+    MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS,
+    MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_splits, kernels, mma_gemm_shared, mma_launch,
+    mma_threads, to_half_grid, wg_gemm_shared,
 };
 use nervad::model::DType;
 
@@ -336,6 +336,16 @@ impl Bench {
             } else {
                 args
             };
+            // The TMA form's maps of this launch's weights and inputs.
+            let maps = if launch.variant == MMA_WGT {
+                Some(GemmMaps::new(w, shape.r, shape.k, xh, t)?)
+            } else {
+                None
+            };
+            let args = match &maps {
+                Some(m) => args.arg(&m.weights).arg(&m.inputs),
+                None => args,
+            };
             let blocks = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
             // token_tiles) and the GEMM's (ws, counters, splits), the grid the row tiles times
@@ -343,7 +353,8 @@ impl Bench {
             // rows of K f32, xh null or T × K bf16, y T rows of R f32 (scratch), norm K f32;
             // bias and rows null; a split launch stays within GEMM_SPLIT_MAX_BLOCKS_PER_SM × SMs
             // blocks (gemm_splits), which ws and the zeroed counters cover; the warp-specialized
-            // GEMM runs with the 384 threads it is built for.
+            // GEMM runs with the 384 threads it is built for, its TMA form with the maps of
+            // this w and xh.
             unsafe { gpu.launch(kernel, (blocks, 1, 1), mma_threads(launch.variant), args) }
         })
     }
@@ -453,6 +464,7 @@ fn run(cli: &Cli) -> Res<()> {
             shared.push((MMA_WG, wg_gemm_shared(MMA_GEMM_TOKENS)));
             shared.push((MMA_WG + 1, wg_gemm_shared(MMA_GEMM_NARROW_TOKENS)));
             shared.push((MMA_WGS, wg_gemm_shared(MMA_GEMM_TOKENS)));
+            shared.push((MMA_WGT, wg_gemm_shared(MMA_GEMM_TOKENS)));
         }
         for (v, bytes) in shared {
             ks[v] = gpu.with_dynamic_shared(ks[v], bytes)?;
@@ -621,7 +633,7 @@ fn run(cli: &Cli) -> Res<()> {
     let Some(mut blas) = blas else { return Ok(()) };
     println!();
     println!(
-        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
+        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
         "model",
         "proj",
         "M",
@@ -638,6 +650,8 @@ fn run(cli: &Cli) -> Res<()> {
         "WG64 (us)",
         "TFLOP/s",
         "WGS (us)",
+        "TFLOP/s",
+        "WGT (us)",
         "TFLOP/s",
         "cuBLAS (us)",
         "TFLOP/s",
@@ -684,14 +698,15 @@ fn run(cli: &Cli) -> Res<()> {
             let gemm = gemm_tiles(MMA_GEMM, MMA_GEMM_TOKENS, GemmSplit::Auto)?;
             let gemm64 = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, GemmSplit::Auto)?;
             // The same launches on wgmma (Hopper only), with the same splits.
-            let (wg, wg64, wgs) = if arch == 90 {
+            let (wg, wg64, wgs, wgt) = if arch == 90 {
                 (
                     gemm_tiles(MMA_WG, MMA_GEMM_TOKENS, GemmSplit::Auto)?,
                     gemm_tiles(MMA_WG + 1, MMA_GEMM_NARROW_TOKENS, GemmSplit::Auto)?,
                     gemm_tiles(MMA_WGS, MMA_GEMM_TOKENS, GemmSplit::Auto)?,
+                    gemm_tiles(MMA_WGT, MMA_GEMM_TOKENS, GemmSplit::Auto)?,
                 )
             } else {
-                (None, None, None)
+                (None, None, None, None)
             };
             let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
             let cublas = b.time(|_, i| {
@@ -713,9 +728,10 @@ fn run(cli: &Cli) -> Res<()> {
             let (w_us, w_tf) = cells(wg.map(|g| g.0));
             let (w64_us, w64_tf) = cells(wg64.map(|g| g.0));
             let (ws_us, ws_tf) = cells(wgs.map(|g| g.0));
+            let (wt_us, wt_tf) = cells(wgt.map(|g| g.0));
             let splits = |g: Option<(f64, u32)>| g.map_or("-".to_string(), |g| format!("x{}", g.1));
             // Ours (the faster GEMM where it runs, else the GEMV) against cuBLAS.
-            let best = [gemm, gemm64, wg, wg64, wgs]
+            let best = [gemm, gemm64, wg, wg64, wgs, wgt]
                 .iter()
                 .flatten()
                 .map(|g| g.0)
@@ -723,7 +739,7 @@ fn run(cli: &Cli) -> Res<()> {
                 .or(ours);
             let ratio = best.map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
             println!(
-                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
+                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
                 shape.model,
                 shape.name,
                 m,
@@ -741,6 +757,8 @@ fn run(cli: &Cli) -> Res<()> {
                 w64_tf,
                 ws_us,
                 ws_tf,
+                wt_us,
+                wt_tf,
                 cublas * 1e3,
                 tf(cublas),
                 ratio

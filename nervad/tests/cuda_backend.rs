@@ -592,6 +592,30 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "tiled weights + the wgmma GEMM staged by tensor copies (Hopper) from 9 tokens, \
+                 64-token tiles where fewer waves, chains in 8 blocks per tile",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: true,
+                    gemm_split: GemmSplit::Fixed(8),
+                    wg_tma: true,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "tiled weights + the wgmma GEMM staged by tensor copies (Hopper) from 9 tokens, \
+                 whole chains per block",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: false,
+                    gemm_split: GemmSplit::Fixed(1),
+                    wg_tma: true,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
                 "the default variants + L2 prefetch",
                 KernelTuning {
                     l2_prefetch_bytes: 24 << 20,

@@ -50,9 +50,9 @@ pub(super) const ATTN_GENERAL_DIM: usize = 128;
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
 /// fixed-order GEMM (`MMA_GEMM`).
-pub const MMA_VARIANTS: [&str; 14] = [
+pub const MMA_VARIANTS: [&str; 15] = [
     "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
-    "wgs",
+    "wgs", "wgt",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -72,12 +72,20 @@ pub const MMA_WG: usize = 11;
 /// `KernelTuning::wg_specialized` holds, with `MMA_WGS_THREADS` threads. (On 64-token tiles it
 /// measured 2–6% slower than `wg64`: 2026-11-26 eleventh session.)
 pub const MMA_WGS: usize = 13;
-/// Threads per block of `MMA_WGS` (mma.cuh's WGS_THREADS); every other variant runs 256.
+/// Index of the warp-specialized wgmma GEMM staged by tensor copies (TMA) in `MMA_VARIANTS`:
+/// `wgs` with one producer thread issuing two bulk tensor copies per group (tiled weights
+/// only; its launches take the two tensor maps of `tma::GemmMaps` after the GEMM's arguments),
+/// the 128-token wgmma GEMM's launches where `KernelTuning::wg_tma` holds. (On 64-token tiles
+/// it measured no faster than `wg64`, and in clusters of two blocks sharing the weights'
+/// copies slower than alone: 2026-11-26 twelfth session.)
+pub const MMA_WGT: usize = 14;
+/// Threads per block of `MMA_WGS` and `MMA_WGT` (mma.cuh's WGS_THREADS); every other variant
+/// runs 256.
 pub const MMA_WGS_THREADS: u32 = 384;
 
 /// Threads per block of a launch of `MMA_VARIANTS[variant]`.
 pub const fn mma_threads(variant: usize) -> u32 {
-    if variant == MMA_WGS {
+    if variant == MMA_WGS || variant == MMA_WGT {
         MMA_WGS_THREADS
     } else {
         256
@@ -345,9 +353,14 @@ mod tests {
         assert_eq!(MMA_VARIANTS[MMA_GEMM], "gemm");
         assert_eq!(MMA_VARIANTS[MMA_WG], "wg");
         assert_eq!(MMA_VARIANTS[MMA_WGS], "wgs");
+        assert_eq!(MMA_VARIANTS[MMA_WGT], "wgt");
         assert_eq!(
-            (mma_threads(MMA_WG), mma_threads(MMA_WGS)),
-            (256, MMA_WGS_THREADS)
+            (
+                mma_threads(MMA_WG),
+                mma_threads(MMA_WGS),
+                mma_threads(MMA_WGT)
+            ),
+            (256, MMA_WGS_THREADS, MMA_WGS_THREADS)
         );
         assert_eq!(MMA_VARIANTS[MMA_GEMM_NARROW], "gemm64");
         assert_eq!(

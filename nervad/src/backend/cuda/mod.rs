@@ -21,6 +21,7 @@ pub mod kernels;
 pub mod launch_shape;
 pub mod step_ledger;
 pub mod swap;
+pub mod tma;
 pub mod tuning;
 pub mod weight_tiles;
 
@@ -46,9 +47,10 @@ use launch_shape::{
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
     MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WGS,
-    MMA_WGS_THREADS, MmaLaunch, gemm_splits, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
-    to_half_grid, wg_gemm_shared,
+    MMA_WGS_THREADS, MMA_WGT, MmaLaunch, gemm_splits, mma_gemm_shared, mma_launch, mma_threads,
+    mma_variant, to_half_grid, wg_gemm_shared,
 };
+pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning};
 
 /// Must match `kernels/attention.cu`.
@@ -461,6 +463,8 @@ struct MmaFamily {
     wg_narrow: Kernel,
     /// The 128-token wgmma GEMM, warp-specialized (`MMA_WGS_THREADS` threads).
     wg_specialized: Kernel,
+    /// The same staged by tensor copies (tiled weights; two tensor maps per launch).
+    wg_tma: Kernel,
 }
 
 impl MmaFamily {
@@ -477,6 +481,7 @@ impl MmaFamily {
             MMA_WG => self.wg,
             v if v == MMA_WG + 1 => self.wg_narrow,
             MMA_WGS => self.wg_specialized,
+            MMA_WGT => self.wg_tma,
             v => self.split[v - MMA_SPLIT],
         }
     }
@@ -1270,6 +1275,7 @@ impl CudaBackend {
                     wg: m[MMA_WG],
                     wg_narrow: m[MMA_WG + 1],
                     wg_specialized: m[MMA_WGS],
+                    wg_tma: m[MMA_WGT],
                     n1: m[0],
                     n2: m[1],
                     n4: m[2],
@@ -1362,6 +1368,18 @@ impl CudaBackend {
             if let Err(e) = granted {
                 tracing::warn!(arch, "the warp-specialized wgmma GEMM cannot run ({e})");
                 tuning.wg_specialized = false;
+            }
+        }
+        // Its stages by tensor copies read the tiled layout only.
+        tuning.wg_tma &= tuning.wgmma && tuning.tiled_weights;
+        if tuning.wg_tma {
+            let granted: Result<(), BackendError> = k.mma.iter_mut().try_for_each(|f| {
+                f.wg_tma = gpu.with_dynamic_shared(f.wg_tma, wg_gemm_shared(MMA_GEMM_TOKENS))?;
+                Ok(())
+            });
+            if let Err(e) = granted {
+                tracing::warn!(arch, "the wgmma GEMM with tensor copies cannot run ({e})");
+                tuning.wg_tma = false;
             }
         }
         if tuning.cluster_attention {
@@ -1661,6 +1679,7 @@ impl CudaBackend {
         let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
         let wg = gemm && self.tuning.wgmma && p.k.is_multiple_of(64);
         let variant = match shape.variant {
+            MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
             MMA_GEMM if wg && self.tuning.wg_specialized => MMA_WGS,
             v if wg => MMA_WG + (v - MMA_GEMM),
             v => v,
@@ -1674,6 +1693,11 @@ impl CudaBackend {
         a.token_tiles = shape.token_tiles as i32;
         let splits = shape.splits as i32;
         let blocks = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles * shape.splits;
+        let maps = if variant == MMA_WGT {
+            Some(GemmMaps::new(p.w.ptr, p.r, p.k, xh, t)?)
+        } else {
+            None
+        };
         let args = a.args(Some(&xh));
         let args = if gemm {
             args.arg(&self.bufs.gemm_ws.ptr)
@@ -1682,15 +1706,21 @@ impl CudaBackend {
         } else {
             args
         };
+        let args = match &maps {
+            Some(m) => args.arg(&m.weights).arg(&m.inputs),
+            None => args,
+        };
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
         // float* y, int y_stride, int token_tiles), the GEMM's with (float* ws, int* counters,
         // int splits) after: w holds R×K weights (row-major, or tiled and padded as
         // mma_tiled.cu reads them), x and y hold T rows of their strides, xh (when used) the T
-        // prepared rows (for wg: in the wgmma order, K a multiple of 64), bias/norm are null or R/K floats; the grid is the row tiles times the
-        // token tiles (times the splits); a split launch has at most gemm_split_blocks blocks
-        // (`gemm_splits`), within ws and counters, and its counters are zero between launches;
-        // the warp-specialized GEMM runs with the MMA_WGS_THREADS threads it is built for.
+        // prepared rows (for wg: in the wgmma order, K a multiple of 64), bias/norm are null
+        // or R/K floats; the grid is the row tiles times the token tiles (times the splits); a
+        // split launch has at most gemm_split_blocks blocks (`gemm_splits`), within ws and
+        // counters, and its counters are zero between launches; the warp-specialized GEMM runs
+        // with the MMA_WGS_THREADS threads it is built for, its TMA forms (tiled weights only:
+        // `wg_tma`) with the maps of those same w and xh.
         unsafe {
             self.gpu.launch(
                 family.kernel(variant),

@@ -66,6 +66,14 @@ pub struct KernelTuning {
     /// eleventh session, qwen3-8b, 2,048 tokens) it gained 1.5–6% per projection and 3% per
     /// prompt on an H200 but lost 7% on gate|up and nothing overall on an H100.
     pub wg_specialized: bool,
+    /// The wgmma GEMM's 128-token tiles over tiled weights run warp-specialized with their
+    /// stages delivered by tensor copies (`mma_*_wgt`: one producer thread, two TMA copies per
+    /// group, no copy instructions or proxy fence in the computing warps; the same bits). Takes
+    /// precedence over `wg_specialized`. On: measured on the same binary (2026-11-26 twelfth
+    /// session, H100, qwen3-8b) 4–17% faster per projection from 256 to 2,048 tokens and
+    /// 10–13% per 512- to 2,048-token prompt; on 64-token tiles it was no faster than `wg64`,
+    /// so those stay on `wg64`.
+    pub wg_tma: bool,
 }
 
 /// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
@@ -94,7 +102,8 @@ impl Default for KernelTuning {
     /// Serial attention from 4 tokens instead of 32 (H200, 2026-11-26 tenth session, after its
     /// tile staging took one page lookup per position): qwen3-8b batch 8 5.36 → 4.74 ms per
     /// step and 16 7.32 → 5.79 over 128-token prompts, 5.85 → 5.13 and 8.34 → 6.18 over 512;
-    /// batch 4 +0.6–3%; from 2 tokens batch 2 lost 2–7%.
+    /// batch 4 +0.6–3%; from 2 tokens batch 2 lost 2–7%. The 128-token GEMM tiles staged by
+    /// tensor copies (H100, 2026-11-26 twelfth session): a 2,048-token prompt 101.9 → 91.8 ms.
     fn default() -> Self {
         KernelTuning {
             deep_n1_blocks_per_sm: 2,
@@ -112,6 +121,7 @@ impl Default for KernelTuning {
             prefill_attention: true,
             wgmma: true,
             wg_specialized: false,
+            wg_tma: true,
         }
     }
 }
@@ -136,6 +146,7 @@ impl KernelTuning {
             prefill_attention: false,
             wgmma: false,
             wg_specialized: false,
+            wg_tma: false,
         }
     }
 
@@ -143,8 +154,8 @@ impl KernelTuning {
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
-    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`, `NERVA_WGMMA=1` and
-    /// `NERVA_WG_SPECIALIZED=1` applied (`0` turns a variant off;
+    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`, `NERVA_WGMMA=1`,
+    /// `NERVA_WG_SPECIALIZED=1` and `NERVA_WG_TMA=1` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -188,6 +199,7 @@ impl KernelTuning {
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
             wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),
             wg_specialized: var("NERVA_WG_SPECIALIZED").map_or(d.wg_specialized, |v| v != 0),
+            wg_tma: var("NERVA_WG_TMA").map_or(d.wg_tma, |v| v != 0),
         }
     }
 }

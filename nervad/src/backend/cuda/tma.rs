@@ -16,8 +16,8 @@ pub struct GemmMaps {
     pub inputs: sys::CUtensorMap,
 }
 
-/// Rows of a (row tile, group) block of the tiled layout as the weights' map sees it: 2 KiB as
-/// 8 rows of 128 elements (a box dimension holds at most 256 elements).
+/// Elements per line of the weights' map: it sees a (row tile, group) block of the tiled layout
+/// (2 KiB) as 8 lines of this many (a box dimension holds at most 256 elements).
 const TILE_LINE: u64 = 128;
 /// 16-bit elements of a (16-row tile, group of 64 columns) block.
 const TILE_ELEMS: u64 = 16 * 64;
@@ -104,4 +104,22 @@ fn encode<const R: usize>(
     .result()
     .map_err(|e| BackendError::Device(format!("tensor map ({R}-d, dims {dims:?}): {e}")))?;
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_the_copies_cannot_take_are_refused_before_the_driver() {
+        // K not a multiple of 64, no tokens, a misaligned operand: a clear error, no encoding.
+        for (w, k, xh, tokens) in [
+            (0x1000, 96, 0x2000, 8),
+            (0x1000, 128, 0x2000, 0),
+            (0x1008, 128, 0x2000, 8),
+        ] {
+            let e = GemmMaps::new(w, 256, k, xh, tokens).err().expect("refused");
+            assert!(e.to_string().contains("tensor copies need"), "{e}");
+        }
+    }
 }

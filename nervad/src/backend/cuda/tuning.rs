@@ -70,7 +70,7 @@ pub struct KernelTuning {
     /// stages delivered by tensor copies (`mma_*_wgt`: one producer thread, two TMA copies per
     /// group, no copy instructions or proxy fence in the computing warps; the same bits). Takes
     /// precedence over `wg_specialized`. On: measured on the same binary (2026-11-26 twelfth
-    /// session, H100, qwen3-8b) 4–17% faster per projection from 256 to 2,048 tokens and
+    /// session, H100, qwen3-8b) 5–19% faster per projection from 256 to 2,048 tokens and
     /// 10–13% per 512- to 2,048-token prompt; on 64-token tiles it was no faster than `wg64`,
     /// so those stay on `wg64`.
     pub wg_tma: bool,

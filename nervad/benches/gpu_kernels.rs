@@ -337,15 +337,8 @@ impl Bench {
                 args
             };
             // The TMA form's maps of this launch's weights and inputs.
-            let maps = if launch.variant == MMA_WGT {
-                Some(GemmMaps::new(w, shape.r, shape.k, xh, t)?)
-            } else {
-                None
-            };
-            let args = match &maps {
-                Some(m) => args.arg(&m.weights).arg(&m.inputs),
-                None => args,
-            };
+            let maps = GemmMaps::for_variant(launch.variant, w, shape.r, shape.k, xh, t)?;
+            let args = GemmMaps::append(maps.as_ref(), args);
             let blocks = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
             // token_tiles) and the GEMM's (ws, counters, splits), the grid the row tiles times

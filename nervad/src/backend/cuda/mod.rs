@@ -1301,6 +1301,17 @@ impl CudaBackend {
             }
             Ok(())
         };
+        // The same for one kernel per family, of `bytes`.
+        let grant_one = |k: &mut Kernels,
+                         one: fn(&mut MmaFamily) -> &mut Kernel,
+                         bytes: u32|
+         -> Result<(), BackendError> {
+            for f in k.mma.iter_mut() {
+                let kernel = one(f);
+                *kernel = gpu.with_dynamic_shared(*kernel, bytes)?;
+            }
+            Ok(())
+        };
         // The GEMM needs 160 KiB of shared memory per block (sm_80 and sm_90 have it; sm_86 and
         // sm_89 allow 99 KiB): where the device refuses, the register kernels take its launches.
         if tuning.gemm_from.is_some()
@@ -1358,29 +1369,21 @@ impl CudaBackend {
         }
         // Its warp-specialized 128-token tiles need the same shared memory; where refused, `wg`
         // runs them (the same bits).
+        let wg_bytes = wg_gemm_shared(MMA_GEMM_TOKENS);
         tuning.wg_specialized &= tuning.wgmma;
-        if tuning.wg_specialized {
-            let bytes = wg_gemm_shared(MMA_GEMM_TOKENS);
-            let granted: Result<(), BackendError> = k.mma.iter_mut().try_for_each(|f| {
-                f.wg_specialized = gpu.with_dynamic_shared(f.wg_specialized, bytes)?;
-                Ok(())
-            });
-            if let Err(e) = granted {
-                tracing::warn!(arch, "the warp-specialized wgmma GEMM cannot run ({e})");
-                tuning.wg_specialized = false;
-            }
+        if tuning.wg_specialized
+            && let Err(e) = grant_one(&mut k, |f| &mut f.wg_specialized, wg_bytes)
+        {
+            tracing::warn!(arch, "the warp-specialized wgmma GEMM cannot run ({e})");
+            tuning.wg_specialized = false;
         }
         // Its stages by tensor copies read the tiled layout only.
         tuning.wg_tma &= tuning.wgmma && tuning.tiled_weights;
-        if tuning.wg_tma {
-            let granted: Result<(), BackendError> = k.mma.iter_mut().try_for_each(|f| {
-                f.wg_tma = gpu.with_dynamic_shared(f.wg_tma, wg_gemm_shared(MMA_GEMM_TOKENS))?;
-                Ok(())
-            });
-            if let Err(e) = granted {
-                tracing::warn!(arch, "the wgmma GEMM with tensor copies cannot run ({e})");
-                tuning.wg_tma = false;
-            }
+        if tuning.wg_tma
+            && let Err(e) = grant_one(&mut k, |f| &mut f.wg_tma, wg_bytes)
+        {
+            tracing::warn!(arch, "the wgmma GEMM with tensor copies cannot run ({e})");
+            tuning.wg_tma = false;
         }
         if tuning.cluster_attention {
             let fits = if arch >= 90 {
@@ -1693,11 +1696,7 @@ impl CudaBackend {
         a.token_tiles = shape.token_tiles as i32;
         let splits = shape.splits as i32;
         let blocks = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles * shape.splits;
-        let maps = if variant == MMA_WGT {
-            Some(GemmMaps::new(p.w.ptr, p.r, p.k, xh, t)?)
-        } else {
-            None
-        };
+        let maps = GemmMaps::for_variant(variant, p.w.ptr, p.r, p.k, xh, t)?;
         let args = a.args(Some(&xh));
         let args = if gemm {
             args.arg(&self.bufs.gemm_ws.ptr)
@@ -1706,10 +1705,7 @@ impl CudaBackend {
         } else {
             args
         };
-        let args = match &maps {
-            Some(m) => args.arg(&m.weights).arg(&m.inputs),
-            None => args,
-        };
+        let args = GemmMaps::append(maps.as_ref(), args);
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
         // float* y, int y_stride, int token_tiles), the GEMM's with (float* ws, int* counters,

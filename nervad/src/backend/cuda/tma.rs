@@ -7,6 +7,8 @@
 
 use cudarc::driver::sys;
 
+use super::driver::Args;
+use super::launch_shape::MMA_WGT;
 use crate::backend::BackendError;
 
 /// The two tensor maps a `wgt` launch takes after the GEMM's arguments (`wmap`, `xmap`).
@@ -23,6 +25,31 @@ const TILE_LINE: u64 = 128;
 const TILE_ELEMS: u64 = 16 * 64;
 
 impl GemmMaps {
+    /// The maps a launch of `MMA_VARIANTS[variant]` takes (`MMA_WGT`'s, as `new`), none for the
+    /// other variants.
+    pub fn for_variant(
+        variant: usize,
+        w: u64,
+        rows: usize,
+        k: usize,
+        xh: u64,
+        tokens: usize,
+    ) -> Result<Option<Self>, BackendError> {
+        if variant == MMA_WGT {
+            Self::new(w, rows, k, xh, tokens).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `args` with the maps (when the launch takes them) after the GEMM's arguments.
+    pub fn append<'a>(maps: Option<&'a Self>, args: Args<'a>) -> Args<'a> {
+        match maps {
+            Some(m) => args.arg(&m.weights).arg(&m.inputs),
+            None => args,
+        }
+    }
+
     /// The maps of a launch over `rows` × `k` 16-bit weights at `w` in the tiled layout
     /// (`weight_tiles`: rows padded to 16, `k` a multiple of 64) and `tokens` prepared input
     /// rows of `k` at `xh` (to_half in the wgmma order).

@@ -22,6 +22,7 @@
 #include "kv.cuh"
 #include "rope.cuh"
 #include "attn_mma.cuh"
+#include "mbarrier.cuh"
 
 #define ATTN_THREADS 256
 #define ATTN_WARPS (ATTN_THREADS / 32)
@@ -649,25 +650,137 @@ __device__ __forceinline__ void attn_decode_body(
     if (threadIdx.x == 0) done[t * kv_heads + g] = 0;
 }
 
-// Warps of attn_decode_serial that compute, each with two tile stages of its own in dynamic
-// shared memory (about 140 KiB in all: the host's attn_serial_shared).
-#define ATTN_SERIAL_WARPS(DIM) (ATTN_MAXD(DIM) <= 64 ? 8 : ATTN_MAXD(DIM) <= 128 ? 4 : 2)
+// Warps of attn_decode_serial (all of the block's up to head dim 128), each with one tile of
+// its own in dynamic shared memory: keys, then values (about 136 KiB in all: the host's
+// attn_serial_shared).
+#define ATTN_SERIAL_WARPS(DIM) (ATTN_MAXD(DIM) <= 128 ? ATTN_WARPS : ATTN_WARPS / 2)
+// Tensor copies of KV pages (sm_90, where the host encoded the pool's map); this define turns
+// them off to run the cp.async path on sm_90.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(ATTN_SERIAL_CP_ASYNC)
+#define ATTN_SERIAL_TMA 1
+#else
+#define ATTN_SERIAL_TMA 0
+#endif
+
+// How attn_decode_serial's warps stage one half (keys: kind 0, values: kind 1) of a tile,
+// positions [base, base + n) of kv head g, at `dst`.
+//
+// With tensor copies (`tma`: the pool's map, a span starting on a page, tiles of whole pages,
+// head dims of whole 64-dim boxes), lane 0 copies each page's rows of the head as boxes of
+// page_tokens rows × 64 dims with the 128-byte swizzle (TileSwizzled): D / 64 copies per page
+// instead of a warp's 16-byte copies and their per-chunk address arithmetic (ncu: most of the
+// kernel's instructions when each lane copied its own bytes). `bar` counts the bytes; rows past
+// n hold whatever their page holds and are zeroed once the copies have landed.
+// Else (TilePadded) two lanes share a position, copy 16 bytes at a time (zero-filling past n)
+// and the copies form one commit group.
+template <typename KV>
+struct SerialStager {
+    const TmaMap* map;
+    const KV* kv;
+    const int* table;
+    KvGeometry geo;
+    int g, D, first, span;
+    bool tma;
+
+    __device__ __forceinline__ int rows(int tl) const {
+        return min(ATTN_TILE, span - tl * ATTN_TILE);
+    }
+
+    __device__ __forceinline__ void stage(u32 dst, u32 bar, int tl, int kind, int lane) const {
+        const int base = first + tl * ATTN_TILE, n = rows(tl);
+#if ATTN_SERIAL_TMA
+        if (tma) {
+            // This lane's earlier writes to the buffer (zeroed rows, the new position's row)
+            // are ordered before the copies'.
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncwarp();
+            if (lane == 0) {
+                const int pt = geo.page_tokens, pages = (n + pt - 1) / pt, boxes = D / 64;
+                mbar_arrive_expect_tx(bar, (u32)(pages * boxes * pt * 128));
+                for (int i = 0; i < pages; ++i) {
+                    const int page = table[(base + i * pt) / pt];
+                    const int row = ((page * geo.layers + geo.layer) * 2 + kind) * pt;
+                    for (int h = 0; h < boxes; ++h)
+                        tma_load_2d(dst + h * (ATTN_TILE * 128) + i * pt * 128, map, bar,
+                                    g * D + 64 * h, row);
+                }
+            }
+            return;
+        }
+#endif
+        (void)bar;
+#pragma unroll
+        for (int p = lane / 2; p < ATTN_TILE; p += 16) {
+            const bool ok = p < n;
+            const KV* src = kv;
+            if (ok) {
+                const int j = base + p;
+                src = kv + kv_offset(geo, table[j / geo.page_tokens], kind, j) + g * D;
+            }
+            const u32 at = dst + p * ATTN_ROW(D) * 2;
+#pragma unroll 4
+            for (int c = lane % 2; c < D / 8; c += 2)
+                cp_async16(at + c * 16, ok ? src + c * 8 : kv, ok);
+        }
+        cp_async_commit();
+    }
+
+    // Until the half staged at `dst` for its `use`-th time (tile tl) has landed, visible to the
+    // whole warp. (cp.async: the warp's groups alternate keys and values, so the one before
+    // the latest.)
+    __device__ __forceinline__ void wait(u32 dst, u32 bar, int use, int tl, int lane) const {
+#if ATTN_SERIAL_TMA
+        if (tma) {
+            mbar_wait(bar, (u32)(use & 1));
+            if (lane >= rows(tl))
+                for (int d = 0; d < D; d += 8)
+                    asm volatile("st.shared.v4.u32 [%0], {%1,%1,%1,%1};\n" ::"r"(
+                                     TileSwizzled::at(dst, lane, d, D)),
+                                 "r"(0)
+                                 : "memory");
+            __syncwarp();
+            return;
+        }
+#endif
+        (void)dst;
+        (void)bar;
+        (void)use;
+        (void)tl;
+        (void)lane;
+        cp_async_wait<1>();
+        __syncwarp();
+    }
+
+    // A half that will not be staged again: the cp.async path keeps one group per half.
+    __device__ __forceinline__ void skip() const {
+        if (!tma) cp_async_commit();
+    }
+};
 
 // attn_decode for large batches: one block per (token, kv head) computes the partials of the
-// splits that hold a tile and merges them itself. Its computing warps take splits w, w + W, ...,
-// each streaming its own tiles through two stages (cp.async) while it computes, so a block keeps
-// 2W tiles moving. Each split's partial is attn_decode's (the same tiles in the same order, the
-// same arithmetic), and so is the merge, so the two kernels give the same bits; this one needs no
-// counter, fence or second block where attn_decode would launch Z blocks of a tile or two per
-// token.
+// splits that hold a tile and merges them itself. Every warp computes: it takes split w first,
+// then the next unclaimed split (a shared counter: splits come longest first, so the block's
+// tiles spread evenly over its warps), and walks each split's tiles in order through one tile
+// buffer. The keys and values of a tile are staged as two halves: the next tile's keys go out as
+// soon as this tile's scores are done, its values once this tile's values are, so a warp always
+// has one half in flight. Each split's partial is attn_decode's (the same tiles in the same
+// order, the same arithmetic), and so is the merge, so the two kernels give the same bits; this
+// one needs no counter, fence or second block where attn_decode would launch Z blocks of a tile
+// or two per token. (The previous version gave half of the warps two stages each and left the
+// other half idle: one computing warp per scheduler, issuing 0.2 instructions per cycle, most of
+// them the staging's address arithmetic.)
 template <typename KV, int DIM>
 __device__ __forceinline__ void attn_decode_serial_body(
     StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
-    float* part_ml, float* __restrict__ out, const L2Prefetch& pf) {
+    float* part_ml, float* __restrict__ out, const L2Prefetch& pf, const TmaMap* kv_map,
+    int kv_tma) {
     __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
+    // Per warp: the keys' and the values' barrier (tensor copies).
+    __shared__ __align__(8) unsigned long long bars[2 * ATTN_WARPS];
+    __shared__ int claimed;
     const int t = blockIdx.x, g = blockIdx.y;
     const int tokens = meta.counts[0];
     const TokenSpan s = token_span(meta, tables, geo, t, window);
@@ -679,23 +792,33 @@ __device__ __forceinline__ void attn_decode_serial_body(
     const float* cs = cos_t + (size_t)s.pos * (D / 2);
     const float* sn = sin_t + (size_t)s.pos * (D / 2);
     constexpr int MAXD = ATTN_MAXD(DIM), W = ATTN_SERIAL_WARPS(DIM);
-    constexpr int STAGE = 2 * ATTN_TILE * ATTN_ROW(MAXD) * 2;  // bytes: keys, then values
-    // Dynamic: two stages per computing warp (the host's attn_serial_shared).
+    // Bytes of the keys (or values) of a tile, either layout, rounded to the swizzle's 1,024.
+    constexpr int HALF = (ATTN_TILE * ATTN_ROW(MAXD) * 2 + 1023) / 1024 * 1024;
+    // Dynamic: one tile per computing warp from the first 1,024-byte boundary (the swizzle's
+    // period; the host's attn_serial_shared adds the slack).
     extern __shared__ uint4 dyn[];
-    const u32 stages = (u32)__cvta_generic_to_shared(dyn) + warp * 2 * STAGE;
+    const u32 dyn0 = ((u32)__cvta_generic_to_shared(dyn) + 1023) & ~1023u;
+    const u32 keys = dyn0 + warp * 2 * HALF, vals = keys + HALF;
+    const u32 kbar = (u32)__cvta_generic_to_shared(&bars[2 * warp]), vbar = kbar + 8;
     const int nz = min(ATTN_SPLITS, (s.span + ATTN_TILE - 1) / ATTN_TILE);
-    // Warp w computes splits w, w + W, ...: the flat walk over its (split, tile) pairs.
-    auto next = [&](int& z, int& tl) {
-        tl += ATTN_SPLITS;
-        if (tl * ATTN_TILE >= s.span) tl = z += W;
-    };
-    auto stage = [&](int k, int tl) {
-        stage_tile<KV>(stages + (k & 1) * STAGE, kv, s.table, geo, g, D, s.first + tl * ATTN_TILE,
-                       min(ATTN_TILE, s.span - tl * ATTN_TILE), lane, 32);
-        cp_async_commit();
-    };
+    const bool computes = warp < W && warp < nz;
+    const SerialStager<KV> st{
+        kv_map, kv, s.table, geo, g, D, s.first, s.span,
+        ATTN_SERIAL_TMA && kv_tma && D % 64 == 0 && D <= 128 && s.first % geo.page_tokens == 0};
+#if ATTN_SERIAL_TMA
+    if (st.tma && computes && lane == 0) {
+        mbar_init(kbar, 1);
+        mbar_init(vbar, 1);
+        // The barriers' initialization is visible to the tensor copies' completions.
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+#endif
+    if (threadIdx.x == 0) claimed = W;
     // The warp's first tile reads older KV only: it loads while the projection drains.
-    if (warp < W && warp < nz) stage(0, warp);
+    if (computes) {
+        st.stage(keys, kbar, warp, 0, lane);
+        st.stage(vals, vbar, warp, 1, lane);
+    }
     // As in attn_decode: metadata, block table and older KV only, until the projection is done.
     pdl_enter();
     if (t == 0) l2_prefetch(pf, threadIdx.x * gridDim.y + g, gridDim.y * ATTN_THREADS);
@@ -706,37 +829,51 @@ __device__ __forceinline__ void attn_decode_serial_body(
     write_new_kv<KV>(sh, kv, row, s, geo, g, G, D, q_dim, kv_dim, k_norm, eps, cs, sn);
     __syncthreads();
     const int new_at = s.pos - s.first;  // the new position within the span
-    if (warp < W && warp < nz) {
+    // The warp's splits over the tiles in layout L.
+    auto compute = [&](auto layout) {
+        using L = decltype(layout);
+        // A tile staged before the new position was written (or racing that write) takes the
+        // position's row of `half` from `fresh`, the bits the pool holds for it.
+        auto patch = [&](u32 half, int tl, int kind) {
+            if (new_at / ATTN_TILE != tl) return;
+            const int i = new_at - tl * ATTN_TILE;
+            for (int c = lane; c < D / 8; c += 32) {
+                const uint4 x = *reinterpret_cast<const uint4*>(&sh.fresh[kind][c * 8]);
+                asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(
+                                 L::at(half, i, c * 8, D)),
+                             "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w)
+                             : "memory");
+            }
+            __syncwarp();
+        };
         AttnRows<KV, MAXD> rows;
         rows.init();
         const u32 q = smem_addr(sh.qh);
         for (int z = warp, tl = warp, k = 0; z < nz; ++k) {
-            int nzz = z, ntl = tl;
-            next(nzz, ntl);
-            if (nzz < nz) stage(k + 1, ntl);
-            else cp_async_commit();
-            cp_async_wait<1>();
-            __syncwarp();
-            const u32 st = stages + (k & 1) * STAGE;
-            // A tile staged before the new position was written (or racing that write) takes
-            // the position from `fresh`, the bits the pool holds for it.
-            if (new_at / ATTN_TILE == tl) {
-                const int i = new_at - tl * ATTN_TILE;
-                for (int c = lane; c < D / 8; c += 32) {
-                    const u32 at = st + (i * ATTN_ROW(D) + c * 8) * 2;
-                    const uint4 kk = *reinterpret_cast<const uint4*>(&sh.fresh[0][c * 8]);
-                    const uint4 vv = *reinterpret_cast<const uint4*>(&sh.fresh[1][c * 8]);
-                    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(at), "r"(kk.x),
-                                 "r"(kk.y), "r"(kk.z), "r"(kk.w)
-                                 : "memory");
-                    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(at + ATTN_TILE * ATTN_ROW(D) * 2),
-                                 "r"(vv.x), "r"(vv.y), "r"(vv.z), "r"(vv.w)
-                                 : "memory");
-                }
-                __syncwarp();
+            // The tile after this one: the split's next, else the first of the next unclaimed
+            // split.
+            int nzz = z, ntl = tl + ATTN_SPLITS;
+            if (ntl * ATTN_TILE >= s.span) {
+                int c = 0;
+                if (lane == 0) c = atomicAdd(&claimed, 1);
+                nzz = ntl = __shfl_sync(0xffffffffu, c, 0);
             }
-            const int n = min(ATTN_TILE, s.span - tl * ATTN_TILE);
-            rows.tile(q, st, st + ATTN_TILE * ATTN_ROW(D) * 2, D, n, n, scale);
+            const bool more = nzz < nz;
+            const int n = st.rows(tl);
+            u32 pa[2][4];
+            st.wait(keys, kbar, k, tl, lane);
+            patch(keys, tl, 0);
+            rows.template scores<L>(q, keys, D, n, n, scale, pa);
+            // Every lane's reads of the keys are done before they are staged again.
+            __syncwarp();
+            if (more) st.stage(keys, kbar, ntl, 0, lane);
+            else st.skip();
+            st.wait(vals, vbar, k, tl, lane);
+            patch(vals, tl, 1);
+            rows.template values<L>(vals, D, pa);
+            __syncwarp();
+            if (more) st.stage(vals, vbar, ntl, 1, lane);
+            else st.skip();
             if (nzz != z) {
                 const size_t head0 = (size_t)t * heads + g * G;
                 rows.store(
@@ -745,12 +882,19 @@ __device__ __forceinline__ void attn_decode_serial_body(
                     [&](int r) { return part_ml + ((head0 + r) * ATTN_SPLITS + z) * 2; });
                 rows.init();
             }
-            // Every lane's reads of this stage are done before it is staged again.
-            __syncwarp();
             z = nzz;
             tl = ntl;
         }
-        cp_async_wait<0>();
+    };
+    if (computes) {
+#if ATTN_SERIAL_TMA
+        if (st.tma) compute(TileSwizzled{});
+        else
+#endif
+        {
+            compute(TilePadded{});
+            cp_async_wait<0>();
+        }
     }
     // Every split's partial written (global memory, visible to the block after the barrier).
     __syncthreads();
@@ -848,10 +992,11 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
         int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
         const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* part_o,  \
-        float* part_ml, float* out, L2Prefetch pf) {                                            \
+        float* part_ml, float* out, L2Prefetch pf, const __grid_constant__ TmaMap kv_map,       \
+        int kv_tma) {                                                                           \
         attn_decode_serial_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim, \
                                          window, scale, q_norm, k_norm, eps, cos_t, sin_t,      \
-                                         part_o, part_ml, out, pf);                             \
+                                         part_o, part_ml, out, pf, &kv_map, kv_tma);            \
     }
 
 // attn_prefill for the head dimensions and group sizes it serves (the host falls back to

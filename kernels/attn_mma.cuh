@@ -30,6 +30,24 @@
 #define ATTN_TILE 32
 #define ATTN_ROW(D) ((D) + 8)
 
+// Where a tile's row r, dims d .. d + 7 (d a multiple of 8) lie in shared memory, in bytes from
+// the tile's base. TilePadded: rows of ATTN_ROW(D) elements, as the kernels stage by hand.
+struct TilePadded {
+    static __device__ __forceinline__ u32 at(u32 base, int r, int d, int D) {
+        return base + (u32)(r * ATTN_ROW(D) + d) * 2;
+    }
+};
+// TileSwizzled: as tensor copies land boxes of 64 dims with the 128-byte swizzle: dims
+// [64h, 64h + 64) of the tile's ATTN_TILE rows at base + h * ATTN_TILE * 128, row r's 16-byte
+// chunk c at chunk c ^ (r % 8) of its 128 bytes (base 1024-byte aligned). Eight consecutive rows
+// of one chunk hit eight different bank groups, as the padding does.
+struct TileSwizzled {
+    static __device__ __forceinline__ u32 at(u32 base, int r, int d, int) {
+        return base + (u32)((d >> 6) * (ATTN_TILE * 128) + r * 128 +
+                            ((((d >> 3) & 7) ^ (r & 7)) << 4));
+    }
+};
+
 // The running state of one split for the 16 rows of a warp. MAXD: the largest head dimension
 // (a multiple of 16); the runtime D (a multiple of 16, ≤ MAXD) bounds every loop.
 template <typename KV, int MAXD>
@@ -55,6 +73,17 @@ struct AttnRows {
     // for rows lane / 4 and lane / 4 + 8 (≤ 0: none).
     __device__ __forceinline__ void tile(u32 q, u32 k, u32 v, int D, int n0, int n1,
                                          float scale) {
+        u32 pa[2][4];
+        scores(q, k, D, n0, n1, scale, pa);
+        values(v, D, pa);
+    }
+
+    // The tile's first half: the scores against the keys and the online-softmax update (o
+    // rescaled), leaving P in `pa` for values(). Split so a caller can reuse the keys' buffer
+    // while the values are still on their way. L: the keys' layout (the queries are padded).
+    template <typename L = TilePadded>
+    __device__ __forceinline__ void scores(u32 q, u32 k, int D, int n0, int n1, float scale,
+                                           u32 (&pa)[2][4]) {
         const int lane = threadIdx.x & 31, mi = lane >> 3, rr = lane & 7;
         const int stride = ATTN_ROW(D) * 2;  // bytes
         const KV* type = nullptr;
@@ -73,8 +102,7 @@ struct AttnRows {
             for (int jp = 0; jp < 2; ++jp) {
                 // Matrix mi: positions of n-tile 2jp + mi / 2, dims kk*16 + 8 (mi % 2).
                 u32 b[4];
-                ldsm_x4<false>(k + ((2 * jp + (mi >> 1)) * 8 + rr) * stride +
-                                   (kk * 16 + (mi & 1) * 8) * 2,
+                ldsm_x4<false>(L::at(k, (2 * jp + (mi >> 1)) * 8 + rr, kk * 16 + (mi & 1) * 8, D),
                                b);
                 mma_16816(s[2 * jp], a, b[0], b[1], type);
                 mma_16816(s[2 * jp + 1], a, b[2], b[3], type);
@@ -122,7 +150,6 @@ struct AttnRows {
             o[nn][3] = __fmul_rn(o[nn][3], corr[1]);
         }
         // P as A fragments: k-step kk covers positions 16kk .. 16kk + 15 (n-tiles 2kk, 2kk + 1).
-        u32 pa[2][4];
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
             pa[kk][0] = pack2<KV>(s[2 * kk][0], s[2 * kk][1]);
@@ -130,6 +157,13 @@ struct AttnRows {
             pa[kk][2] = pack2<KV>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             pa[kk][3] = pack2<KV>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         }
+    }
+
+    // The tile's second half: o += P · V. L: the values' layout.
+    template <typename L = TilePadded>
+    __device__ __forceinline__ void values(u32 v, int D, const u32 (&pa)[2][4]) {
+        const int lane = threadIdx.x & 31, mi = lane >> 3, rr = lane & 7;
+        const KV* type = nullptr;
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
@@ -137,8 +171,7 @@ struct AttnRows {
                 if (np * 16 >= D) break;
                 // Matrix mi (transposed): positions 16kk + 8 (mi % 2), dims 16np + 8 (mi / 2).
                 u32 b[4];
-                ldsm_x4<true>(v + (16 * kk + (mi & 1) * 8 + rr) * stride +
-                                  (16 * np + (mi >> 1) * 8) * 2,
+                ldsm_x4<true>(L::at(v, 16 * kk + (mi & 1) * 8 + rr, 16 * np + (mi >> 1) * 8, D),
                               b);
                 mma_16816(o[2 * np], pa[kk], b[0], b[1], type);
                 mma_16816(o[2 * np + 1], pa[kk], b[2], b[3], type);

@@ -33,7 +33,7 @@ macro_rules! kernel_file {
 }
 
 /// Shared headers.
-pub const HEADERS: [Source; 9] = [
+pub const HEADERS: [Source; 10] = [
     kernel_file!("common.cuh"),
     kernel_file!("tensor_core.cuh"),
     kernel_file!("attn_mma.cuh"),
@@ -42,6 +42,7 @@ pub const HEADERS: [Source; 9] = [
     kernel_file!("rope.cuh"),
     kernel_file!("activation.cuh"),
     kernel_file!("wgmma.cuh"),
+    kernel_file!("mbarrier.cuh"),
     kernel_file!("mma.cuh"),
 ];
 

@@ -17,21 +17,21 @@ pub(super) const ATTN_PREFILL_ROWS: usize = 128;
 pub(super) fn attn_prefill_shared(head_dim: usize) -> u32 {
     ((ATTN_PREFILL_ROWS + 2 * 2 * ATTN_TILE) * (head_dim + 8) * 2) as u32
 }
-/// Dynamic shared memory of an attn_decode_serial block: two tile stages (keys and values) for
-/// each computing warp, rows sized for the kernel's largest head dim (attention.cu's
-/// ATTN_SERIAL_WARPS and ATTN_MAXD).
+/// Dynamic shared memory of an attn_decode_serial block: one tile (keys and values) for each
+/// computing warp, rows sized for the kernel's largest head dim (attention.cu's
+/// ATTN_SERIAL_WARPS and ATTN_MAXD): every warp up to head dim 128, half of them past it,
+/// aligned for the tensor copies' swizzle.
 pub(super) fn attn_serial_shared(head_dim: usize) -> u32 {
     let maxd = if matches!(head_dim, 64 | 128 | 256) {
         head_dim
     } else {
         ATTN_GENERAL_DIM
     };
-    let warps = match maxd {
-        0..=64 => 8,
-        65..=128 => 4,
-        _ => 2,
-    };
-    (warps * 2 * 2 * ATTN_TILE * (maxd + 8) * 2) as u32
+    let warps = if maxd <= 128 { 8 } else { 4 };
+    // Keys and values each rounded to 1 KiB, from the first 1 KiB boundary (the period of the
+    // tensor copies' swizzle).
+    let half = (ATTN_TILE * (maxd + 8) * 2).next_multiple_of(1024);
+    (warps * 2 * half + 1024) as u32
 }
 /// Blocks per (token group, kv head) of attn_prefill, each taking every so-many-th split: enough
 /// for four blocks per SM (two run at once; the rest even out causal attention's unequal token
@@ -431,12 +431,13 @@ mod tests {
         assert_eq!(prefill_split_blocks(1, SMS), ATTN_SPLITS);
         // Queries of 128 rows and two stages of 32 keys + 32 values, rows padded by 8.
         assert_eq!(attn_prefill_shared(128), (128 + 128) * 136 * 2);
-        // Two stages per computing warp (8, 4, 2 by head dim; the general kernel is sized for
-        // 128): about 140 KiB, so the block fits beside its static shared memory on sm_80+.
-        assert_eq!(attn_serial_shared(128), 4 * 2 * 2 * 32 * 136 * 2);
+        // One tile per computing warp (8 up to head dim 128, 4 past it; the general kernel is
+        // sized for 128), keys and values each in whole KiB: about 145 KiB, so the block fits
+        // beside its static shared memory on sm_80+.
+        assert_eq!(attn_serial_shared(128), 8 * 2 * 9 * 1024 + 1024);
         assert_eq!(attn_serial_shared(16), attn_serial_shared(128));
         for hd in [16, 64, 128, 256] {
-            assert!(attn_serial_shared(hd) <= 144 << 10, "head dim {hd}");
+            assert!(attn_serial_shared(hd) <= 150 << 10, "head dim {hd}");
         }
     }
 

@@ -646,6 +646,10 @@ pub struct CudaBackend {
     sync_each_step: bool,
     /// Kernel variants in use (`CudaOptions::tuning`).
     tuning: KernelTuning,
+    /// The KV pool's tensor map for attn_decode_serial (`tma::kv_pool_map`), and 1 where it
+    /// exists (sm_90 and a pool whose tiles are whole page boxes), 0 for cp.async staging.
+    kv_map: cudarc::driver::sys::CUtensorMap,
+    kv_tma: i32,
     /// Last: dropped after every handle above that belongs to its context.
     gpu: Gpu,
 }
@@ -1339,7 +1343,7 @@ impl CudaBackend {
                 }
             }
         }
-        // attn_decode_serial streams each computing warp's tiles through two stages of dynamic
+        // attn_decode_serial streams each computing warp's tiles through one tile of dynamic
         // shared memory; where the device refuses, the split blocks (attn_decode) run its
         // launches (the same bits).
         if tuning.serial_attention_from.is_some() {
@@ -1429,6 +1433,19 @@ impl CudaBackend {
         gpu.synchronize()?;
         let clock = DeviceClock::new(&mut gpu)?;
 
+        // attn_decode_serial's tensor copies see the pool through this map (sm_90 only).
+        let kv_map = if arch >= 90 {
+            tma::kv_pool_map(
+                bufs.kv.ptr,
+                num_pages,
+                c.num_hidden_layers,
+                options.page_tokens,
+                c.kv_dim(),
+                c.head_dim,
+            )?
+        } else {
+            None
+        };
         let limits = BackendLimits {
             max_seqs: s,
             max_step_tokens: t,
@@ -1474,6 +1491,8 @@ impl CudaBackend {
             clock,
             sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
             tuning,
+            kv_tma: i32::from(kv_map.is_some()),
+            kv_map: kv_map.unwrap_or(cudarc::driver::sys::CUtensorMap { opaque: [0; 16] }),
             gpu,
         };
         backend.capture_buckets()?;
@@ -2018,12 +2037,18 @@ impl CudaBackend {
                 L2PrefetchArg::default()
             };
             let args = args.arg(&b.attn.ptr).arg(&pf);
+            let args = if serial {
+                args.arg(&self.kv_map).arg(&self.kv_tma)
+            } else {
+                args
+            };
             let grid = (t as u32, kv_heads as u32, splits);
             // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
             // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
             // const float* q_norm, const float* k_norm, float eps, const float* cos,
             // const float* sin, float* part_o, float* part_ml, int* done, float* out,
-            // L2Prefetch pf); attn_decode_serial_* the same without `done`,
+            // L2Prefetch pf); attn_decode_serial_* the same without `done` and with the KV
+            // pool's tensor map (by value, encoded over the whole pool) and its flag after pf,
             // attn_decode_cluster_* without part_o, part_ml and done (launched in clusters of
             // the ATTN_SPLITS blocks of a token and kv head, which grid z spans exactly): as
             // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters

@@ -1,5 +1,6 @@
-//! Tensor maps (TMA descriptors) of the wgmma GEMM staged by tensor copies (`mma_*_wgt`,
-//! kernels/mma.cuh): how its two bulk copies per group see the weights and the inputs.
+//! Tensor maps (TMA descriptors): how the wgmma GEMM staged by tensor copies (`mma_*_wgt`,
+//! kernels/mma.cuh) sees the weights and the inputs, and how the serial decode attention
+//! (`attn_decode_serial`, kernels/attention.cu) sees the paged KV pool.
 //!
 //! Encoding is host arithmetic only (`cuTensorMapEncodeTiled` touches no device), so a launch
 //! encodes its maps for its own pointers and token count: cheap, and a captured graph keeps the
@@ -97,6 +98,47 @@ impl GemmMaps {
     }
 }
 
+/// Positions per attention tile (kernels/attn_mma.cuh's ATTN_TILE).
+const ATTN_TILE: usize = 32;
+
+/// The paged KV pool as attn_decode_serial's tensor copies see it: a 2-d map of rows of
+/// `kv_dim` elements (every (page, layer, kind, position) of the pool's
+/// [pages][layers][2][page_tokens][kv_dim] layout), box `page_tokens` rows × 64 dims with the
+/// 128-byte swizzle (attn_mma.cuh's TileSwizzled). None where the copies cannot stage whole
+/// tiles that way (a tile not made of whole pages, head dims not made of 64-dim boxes or past
+/// the tile buffers' 128, boxes that break the swizzle's 1 KiB period); the kernel then stages
+/// with cp.async.
+pub fn kv_pool_map(
+    pool: u64,
+    pages: usize,
+    layers: usize,
+    page_tokens: usize,
+    kv_dim: usize,
+    head_dim: usize,
+) -> Result<Option<sys::CUtensorMap>, BackendError> {
+    let rows = (pages * layers * 2 * page_tokens) as u64;
+    if page_tokens == 0
+        || !ATTN_TILE.is_multiple_of(page_tokens)
+        || !page_tokens.is_multiple_of(8)
+        || !head_dim.is_multiple_of(64)
+        || head_dim > 128
+        || !(kv_dim * 2).is_multiple_of(16)
+        || !pool.is_multiple_of(16)
+        || rows == 0
+        || rows >= 1 << 32
+    {
+        return Ok(None);
+    }
+    encode(
+        pool,
+        &[kv_dim as u64, rows],
+        &[kv_dim as u64 * 2],
+        &[64, page_tokens as u32],
+        sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+    )
+    .map(Some)
+}
+
 /// A tiled map of 16-bit elements at `base`: `dims` innermost first, the byte strides of every
 /// dimension but the first, the box copied per load.
 fn encode<const R: usize>(
@@ -136,6 +178,24 @@ fn encode<const R: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_pools_whose_tiles_are_not_whole_page_boxes_get_no_map() {
+        // Pages that do not divide a tile, head dims that are no whole 64-dim boxes or wider
+        // than the tile buffers, boxes that break the swizzle's 1 KiB period (4 rows of 128
+        // bytes): cp.async stages those. None of these reaches the driver.
+        for (page_tokens, head_dim) in [
+            (12, 128),
+            (64, 128),
+            (16, 256),
+            (16, 80),
+            (4, 128),
+            (0, 128),
+        ] {
+            let map = kv_pool_map(0x10000, 64, 2, page_tokens, 8 * head_dim, head_dim);
+            assert!(map.expect("no error").is_none(), "{page_tokens} {head_dim}");
+        }
+    }
 
     #[test]
     fn shapes_the_copies_cannot_take_are_refused_before_the_driver() {

@@ -399,8 +399,8 @@ __device__ __forceinline__ void attn_split_body(
 // per chunk column looked a page up and computed a 64-bit address for every 16-byte copy: ncu
 // found most of attn_decode_serial's instructions there, and instruction issue its limit.)
 // Adjacent threads read a position's adjacent chunks (whole 32-byte sectors), and the rows'
-// 16-byte padding spreads a pass's writes over every bank. attn_prefill stages with the block,
-// attn_decode_serial with one warp.
+// 16-byte padding spreads a pass's writes over every bank. attn_prefill stages with the block
+// (attn_decode_serial stages each half of a tile on its own: SerialStager).
 template <typename KV>
 __device__ __forceinline__ void stage_tile(u32 dst, const KV* kv, const int* table,
                                            const KvGeometry& geo, int g, int D, int base, int n,

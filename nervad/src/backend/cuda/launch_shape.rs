@@ -42,7 +42,7 @@ pub(super) fn prefill_split_blocks(group_blocks: usize, sms: usize) -> u32 {
         .clamp(1, ATTN_SPLITS as usize) as u32
 }
 /// Key/value positions per attention tile (attn_mma.cuh's ATTN_TILE).
-const ATTN_TILE: usize = 32;
+pub(super) const ATTN_TILE: usize = 32;
 /// Head dims of the general attention kernels (attention.cu's ATTN_GENERAL_DIM): multiples of
 /// 16 up to this; 256 has its own.
 pub(super) const ATTN_GENERAL_DIM: usize = 128;

@@ -9,7 +9,7 @@
 use cudarc::driver::sys;
 
 use super::driver::Args;
-use super::launch_shape::MMA_WGT;
+use super::launch_shape::{ATTN_TILE, MMA_WGT};
 use crate::backend::BackendError;
 
 /// The two tensor maps a `wgt` launch takes after the GEMM's arguments (`wmap`, `xmap`).
@@ -97,9 +97,6 @@ impl GemmMaps {
         Ok(GemmMaps { weights, inputs })
     }
 }
-
-/// Positions per attention tile (kernels/attn_mma.cuh's ATTN_TILE).
-const ATTN_TILE: usize = 32;
 
 /// The paged KV pool as attn_decode_serial's tensor copies see it: a 2-d map of rows of
 /// `kv_dim` elements (every (page, layer, kind, position) of the pool's

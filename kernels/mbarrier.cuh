@@ -1,6 +1,6 @@
-// Shared-memory barriers (mbarrier) and the asynchronous copies that complete on them (bulk and
-// tensor copies): the warp-specialized GEMM's stage ring (mma.cuh) and attn_decode_serial's KV
-// tiles (attention.cu).
+// Shared-memory barriers (mbarrier) and the asynchronous copies that complete on them (cp.async
+// arrivals and TMA tensor copies): the warp-specialized GEMM's stage ring (mma.cuh) and
+// attn_decode_serial's KV tiles (attention.cu).
 // try_wait and the transaction counts are sm_90 instructions: callers use them only in code
 // compiled for sm_90.
 #pragma once

@@ -125,7 +125,7 @@ struct AttnTile {
 // Rows G..15 of the block's query tile zeroed (the mma rows past the group).
 template <int MAXD>
 __device__ __forceinline__ void zero_pad_rows(AttnShared<MAXD>& sh, int G, int D) {
-    for (int i = threadIdx.x; i < (16 - G) * D; i += ATTN_THREADS)
+    for (int i = threadIdx.x; i < (16 - G) * D; i += blockDim.x)
         sh.qh[(G + i / D) * ATTN_ROW(D) + i % D] = 0;
 }
 
@@ -553,7 +553,8 @@ __device__ __forceinline__ void write_new_kv(AttnShared<MAXD>& sh, KV* kv, const
                                              const float* cs, const float* sn) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int page = s.table[s.pos / geo.page_tokens];
-    const int kw = G < ATTN_WARPS ? G : 0, vw = G + 1 < ATTN_WARPS ? G + 1 : 1;
+    const int warps = blockDim.x >> 5;
+    const int kw = G < warps ? G : 0, vw = G + 1 < warps ? G + 1 : 1;
     const int kind = warp == kw ? 0 : warp == vw ? 1 : -1;
     if (kind < 0) return;
     KV* fresh = reinterpret_cast<KV*>(sh.fresh[kind]);
@@ -650,10 +651,14 @@ __device__ __forceinline__ void attn_decode_body(
     if (threadIdx.x == 0) done[t * kv_heads + g] = 0;
 }
 
-// Warps of attn_decode_serial (all of the block's up to head dim 128), each with one tile of
-// its own in dynamic shared memory: keys, then values (about 136 KiB in all: the host's
-// attn_serial_shared).
-#define ATTN_SERIAL_WARPS(DIM) (ATTN_MAXD(DIM) <= 128 ? ATTN_WARPS : ATTN_WARPS / 2)
+// attn_decode_serial's warps that compute: all of the block's up to head dim 128, half past it,
+// each with one tile of its own in dynamic shared memory (keys, then values: the host's
+// attn_serial_shared). Two block shapes: 8 warps, one block per SM (attn_decode_serial_*), and
+// 4 warps, two blocks per SM (attn_decode_serial_pair_*), where one block's prologue (the
+// queries' norm and rotation) and merge overlap the other's tiles, for launches of more blocks
+// than SMs (fewer leave SMs idle, and each block would have half the warps).
+#define ATTN_SERIAL_PAIR_THREADS 128
+#define ATTN_SERIAL_WARPS(DIM, THREADS) (ATTN_MAXD(DIM) <= 128 ? (THREADS) / 32 : (THREADS) / 64)
 // Tensor copies of KV pages (sm_90, where the host encoded the pool's map); this define turns
 // them off to run the cp.async path on sm_90.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(ATTN_SERIAL_CP_ASYNC)
@@ -769,7 +774,7 @@ struct SerialStager {
 // or two per token. (The previous version gave half of the warps two stages each and left the
 // other half idle: one computing warp per scheduler, issuing 0.2 instructions per cycle, most of
 // them the staging's address arithmetic.)
-template <typename KV, int DIM>
+template <typename KV, int DIM, int THREADS>
 __device__ __forceinline__ void attn_decode_serial_body(
     StepMeta meta, const float* __restrict__ qkv, KV* kv, const int* __restrict__ tables,
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
@@ -779,7 +784,7 @@ __device__ __forceinline__ void attn_decode_serial_body(
     int kv_tma) {
     __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     // Per warp: the keys' and the values' barrier (tensor copies).
-    __shared__ __align__(8) unsigned long long bars[2 * ATTN_WARPS];
+    __shared__ __align__(8) unsigned long long bars[2 * (THREADS / 32)];
     __shared__ int claimed;
     const int t = blockIdx.x, g = blockIdx.y;
     const int tokens = meta.counts[0];
@@ -791,7 +796,7 @@ __device__ __forceinline__ void attn_decode_serial_body(
     const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
     const float* cs = cos_t + (size_t)s.pos * (D / 2);
     const float* sn = sin_t + (size_t)s.pos * (D / 2);
-    constexpr int MAXD = ATTN_MAXD(DIM), W = ATTN_SERIAL_WARPS(DIM);
+    constexpr int MAXD = ATTN_MAXD(DIM), W = ATTN_SERIAL_WARPS(DIM, THREADS);
     // Bytes of the keys (or values) of a tile, either layout, rounded to the swizzle's 1,024.
     constexpr int HALF = (ATTN_TILE * ATTN_ROW(MAXD) * 2 + 1023) / 1024 * 1024;
     // Dynamic: one tile per computing warp from the first 1,024-byte boundary (the swizzle's
@@ -821,8 +826,8 @@ __device__ __forceinline__ void attn_decode_serial_body(
     }
     // As in attn_decode: metadata, block table and older KV only, until the projection is done.
     pdl_enter();
-    if (t == 0) l2_prefetch(pf, threadIdx.x * gridDim.y + g, gridDim.y * ATTN_THREADS);
-    for (int a = warp; a < G; a += ATTN_WARPS)
+    if (t == 0) l2_prefetch(pf, threadIdx.x * gridDim.y + g, gridDim.y * THREADS);
+    for (int a = warp; a < G; a += THREADS / 32)
         rope_head<KV>(row + (g * G + a) * D, q_norm, eps, cs, sn, D, lane, nullptr,
                       reinterpret_cast<KV*>(sh.qh) + a * ATTN_ROW(D));
     zero_pad_rows(sh, G, D);
@@ -956,6 +961,21 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
                   out + (size_t)t * heads * D + g * G * D, nz);
 }
 
+// attn_decode_serial in one block shape: THREADS per block, BLOCKS per SM.
+#define ATTN_SERIAL_ENTRY(DT, KV, DIM, SUFFIX, SHAPE, THREADS, BLOCKS)                          \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS)                               \
+        attn_decode_serial##SHAPE##_##DT##SUFFIX(                                               \
+            StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo,         \
+            int heads, int kv_heads, int head_dim, int window, float scale,                     \
+            const float* q_norm, const float* k_norm, float eps, const float* cos_t,            \
+            const float* sin_t, float* part_o, float* part_ml, float* out, L2Prefetch pf,       \
+            const __grid_constant__ TmaMap kv_map, int kv_tma) {                                \
+        attn_decode_serial_body<KV, DIM, THREADS>(meta, qkv, kv, tables, geo, heads, kv_heads,  \
+                                                  head_dim, window, scale, q_norm, k_norm, eps, \
+                                                  cos_t, sin_t, part_o, part_ml, out, pf,       \
+                                                  &kv_map, kv_tma);                             \
+    }
+
 #define ATTN_ENTRY(DT, KV, DIM, SUFFIX)                                                         \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_split_##DT##SUFFIX(         \
         StepMeta meta, const float* q, const KV* kv, const int* tables, KvGeometry geo,         \
@@ -988,16 +1008,8 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
                                           head_dim, window, scale, q_norm, k_norm, eps, cos_t,  \
                                           sin_t, out, pf);                                      \
     }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_serial_##DT##SUFFIX( \
-        StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
-        int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
-        const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* part_o,  \
-        float* part_ml, float* out, L2Prefetch pf, const __grid_constant__ TmaMap kv_map,       \
-        int kv_tma) {                                                                           \
-        attn_decode_serial_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim, \
-                                         window, scale, q_norm, k_norm, eps, cos_t, sin_t,      \
-                                         part_o, part_ml, out, pf, &kv_map, kv_tma);            \
-    }
+    ATTN_SERIAL_ENTRY(DT, KV, DIM, SUFFIX, , ATTN_THREADS, 1)                                     \
+    ATTN_SERIAL_ENTRY(DT, KV, DIM, SUFFIX, _pair, ATTN_SERIAL_PAIR_THREADS, 2)
 
 // attn_prefill for the head dimensions and group sizes it serves (the host falls back to
 // attn_split elsewhere). Two blocks per SM: the rows' accumulators stay in registers.

@@ -515,6 +515,14 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "tiled weights + serial attention in blocks of 4 warps (two per SM) from 1 token",
+                KernelTuning {
+                    serial_attention_from: Some(1),
+                    serial_pairs_per_sm: Some(0),
+                    ..KernelTuning::default()
+                },
+            ),
+            (
                 "tiled weights + the fixed-order GEMM from 9 tokens, 64-token tiles where fewer \
                  waves, chains in 4 blocks per tile",
                 KernelTuning {

@@ -9,6 +9,9 @@ use super::tuning::{GemmSplit, KernelTuning};
 pub(super) const ATTN_SPLITS: u32 = 16;
 /// Threads per attention block (`ATTN_THREADS` in kernels/attention.cu).
 pub(super) const ATTN_THREADS: u32 = 256;
+/// Threads per block of attn_decode_serial_pair (`ATTN_SERIAL_PAIR_THREADS`): two blocks per
+/// SM (attn_decode_serial: ATTN_THREADS, one per SM).
+pub(super) const ATTN_SERIAL_PAIR_THREADS: u32 = 128;
 /// (token, query head) rows of one attn_prefill block: 16 per warp (attention.cu's
 /// ATTN_PREFILL_ROWS).
 pub(super) const ATTN_PREFILL_ROWS: usize = 128;
@@ -19,15 +22,15 @@ pub(super) fn attn_prefill_shared(head_dim: usize) -> u32 {
 }
 /// Dynamic shared memory of an attn_decode_serial block: one tile (keys and values) for each
 /// computing warp, rows sized for the kernel's largest head dim (attention.cu's
-/// ATTN_SERIAL_WARPS and ATTN_MAXD): every warp up to head dim 128, half of them past it,
-/// aligned for the tensor copies' swizzle.
-pub(super) fn attn_serial_shared(head_dim: usize) -> u32 {
+/// ATTN_SERIAL_WARPS and ATTN_MAXD) of `threads`: every warp of the block up to head dim 128,
+/// half of them past it, aligned for the tensor copies' swizzle.
+pub(super) fn attn_serial_shared(head_dim: usize, threads: u32) -> u32 {
     let maxd = if matches!(head_dim, 64 | 128 | 256) {
         head_dim
     } else {
         ATTN_GENERAL_DIM
     };
-    let warps = if maxd <= 128 { 8 } else { 4 };
+    let warps = threads as usize / if maxd <= 128 { 32 } else { 64 };
     // Keys and values each rounded to 1 KiB, from the first 1 KiB boundary (the period of the
     // tensor copies' swizzle).
     let half = (ATTN_TILE * (maxd + 8) * 2).next_multiple_of(1024);
@@ -431,13 +434,26 @@ mod tests {
         assert_eq!(prefill_split_blocks(1, SMS), ATTN_SPLITS);
         // Queries of 128 rows and two stages of 32 keys + 32 values, rows padded by 8.
         assert_eq!(attn_prefill_shared(128), (128 + 128) * 136 * 2);
-        // One tile per computing warp (8 up to head dim 128, 4 past it; the general kernel is
-        // sized for 128), keys and values each in whole KiB: about 145 KiB, so the block fits
-        // beside its static shared memory on sm_80+.
-        assert_eq!(attn_serial_shared(128), 8 * 2 * 9 * 1024 + 1024);
-        assert_eq!(attn_serial_shared(16), attn_serial_shared(128));
+        // One tile per computing warp (all of the block's up to head dim 128, half past it;
+        // the general kernel is sized for 128), keys and values each in whole KiB: about 145
+        // KiB for 8 warps, so the block fits beside its static shared memory on sm_80+, and
+        // about 74 KiB for 4, so two do on sm_80 and sm_90.
+        assert_eq!(
+            attn_serial_shared(128, ATTN_THREADS),
+            8 * 2 * 9 * 1024 + 1024
+        );
+        assert_eq!(
+            attn_serial_shared(128, ATTN_SERIAL_PAIR_THREADS),
+            4 * 2 * 9 * 1024 + 1024
+        );
+        assert_eq!(attn_serial_shared(16, 256), attn_serial_shared(128, 256));
         for hd in [16, 64, 128, 256] {
-            assert!(attn_serial_shared(hd) <= 150 << 10, "head dim {hd}");
+            assert!(
+                attn_serial_shared(hd, ATTN_THREADS) <= 150 << 10,
+                "head dim {hd}"
+            );
+            let pair = attn_serial_shared(hd, ATTN_SERIAL_PAIR_THREADS);
+            assert!(pair <= 76 << 10, "head dim {hd}");
         }
     }
 

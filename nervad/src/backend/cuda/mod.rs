@@ -41,8 +41,8 @@ use driver::{Args, DevBuf, DriverCounters, Event, Gpu, Graph, Kernel, Pinned};
 use step_ledger::{CounterMark, DeviceClock};
 
 use launch_shape::{
-    ATTN_GENERAL_DIM, ATTN_PREFILL_ROWS, ATTN_SPLITS, ATTN_THREADS, attn_prefill_shared,
-    attn_serial_shared, prefill_split_blocks,
+    ATTN_GENERAL_DIM, ATTN_PREFILL_ROWS, ATTN_SERIAL_PAIR_THREADS, ATTN_SPLITS, ATTN_THREADS,
+    attn_prefill_shared, attn_serial_shared, prefill_split_blocks,
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
@@ -230,8 +230,10 @@ struct Kernels {
     attn_split: Kernel,
     attn_combine: Kernel,
     attn_decode: Kernel,
-    /// attn_decode's arithmetic with one block per (token, kv head) (`KernelTuning`).
+    /// attn_decode's arithmetic with one block per (token, kv head) (`KernelTuning`), in
+    /// blocks of 8 warps (one per SM) and of 4 (two per SM).
     attn_decode_serial: Kernel,
+    attn_decode_serial_pair: Kernel,
     /// attn_decode's arithmetic with the split blocks in one cluster (`KernelTuning`, sm_90+).
     attn_decode_cluster: Kernel,
     /// attn_split for prompt chunks, KV tiles shared by a block's tokens (head dims 64 and
@@ -1222,6 +1224,7 @@ impl CudaBackend {
                         format!("attn_decode_{dt}{d}"),
                         format!("attn_decode_serial_{dt}{d}"),
                         format!("attn_decode_cluster_{dt}{d}"),
+                        format!("attn_decode_serial_pair_{dt}{d}"),
                     ];
                     let group = c.num_attention_heads / c.num_key_value_heads.max(1);
                     if matches!(c.head_dim, 64 | 128) && matches!(group, 1 | 2 | 4 | 8) {
@@ -1260,7 +1263,8 @@ impl CudaBackend {
             attn_decode: module_kernels[3][2],
             attn_decode_serial: module_kernels[3][3],
             attn_decode_cluster: module_kernels[3][4],
-            attn_prefill: module_kernels[3].get(5).copied(),
+            attn_decode_serial_pair: module_kernels[3][5],
+            attn_prefill: module_kernels[3].get(6).copied(),
             prepare: module_kernels[4][0],
             sample: module_kernels[4][1],
             read_bandwidth: module_kernels[5][0],
@@ -1343,12 +1347,12 @@ impl CudaBackend {
                 }
             }
         }
-        // attn_decode_serial streams each computing warp's tiles through one tile of dynamic
-        // shared memory; where the device refuses, the split blocks (attn_decode) run its
-        // launches (the same bits).
+        // attn_decode_serial streams each warp's tiles through one tile of dynamic shared
+        // memory; where the device refuses, the split blocks (attn_decode) run its launches, and
+        // where it refuses the pair shape, the 8-warp blocks run those (the same bits).
         if tuning.serial_attention_from.is_some() {
-            match gpu.with_dynamic_shared(k.attn_decode_serial, attn_serial_shared(config.head_dim))
-            {
+            let shared = attn_serial_shared(config.head_dim, ATTN_THREADS);
+            match gpu.with_dynamic_shared(k.attn_decode_serial, shared) {
                 Ok(ks) => k.attn_decode_serial = ks,
                 Err(e) => {
                     tracing::warn!(
@@ -1356,6 +1360,19 @@ impl CudaBackend {
                         "attn_decode_serial cannot run ({e}); attn_decode does"
                     );
                     tuning.serial_attention_from = None;
+                }
+            }
+        }
+        if tuning.serial_attention_from.is_some() && tuning.serial_pairs_per_sm.is_some() {
+            let shared = attn_serial_shared(config.head_dim, ATTN_SERIAL_PAIR_THREADS);
+            match gpu.with_dynamic_shared(k.attn_decode_serial_pair, shared) {
+                Ok(ks) => k.attn_decode_serial_pair = ks,
+                Err(e) => {
+                    tracing::warn!(
+                        arch,
+                        "attn_decode_serial_pair cannot run ({e}); attn_decode_serial does"
+                    );
+                    tuning.serial_pairs_per_sm = None;
                 }
             }
         }
@@ -1989,8 +2006,16 @@ impl CudaBackend {
             // split; else ATTN_SPLITS blocks, merged through shared memory in a cluster or by
             // the last to finish. The same bits every way (KernelTuning).
             let serial = self.tuning.serial_attention_from.is_some_and(|n| t >= n);
+            // Serial launches of at least `serial_pairs_per_sm` blocks per SM run in blocks of 4
+            // warps, two per SM; fewer blocks would leave SMs idle with half the warps each.
+            let blocks = t * kv_heads as usize;
+            let pair = serial
+                && (self.tuning.serial_pairs_per_sm)
+                    .is_some_and(|n| blocks >= n * self.sms as usize);
             let cluster = !serial && self.tuning.cluster_attention;
-            let (kernel, splits) = if serial {
+            let (kernel, splits) = if pair {
+                (self.k.attn_decode_serial_pair, 1)
+            } else if serial {
                 (self.k.attn_decode_serial, 1)
             } else if cluster {
                 (self.k.attn_decode_cluster, ATTN_SPLITS)
@@ -2059,6 +2084,9 @@ impl CudaBackend {
                     let dims = (1, 1, ATTN_SPLITS);
                     self.gpu
                         .launch_clustered(kernel, grid, ATTN_THREADS, dims, args)
+                } else if pair {
+                    self.gpu
+                        .launch(kernel, grid, ATTN_SERIAL_PAIR_THREADS, args)
                 } else {
                     self.gpu.launch(kernel, grid, ATTN_THREADS, args)
                 }

@@ -15,6 +15,10 @@ pub struct KernelTuning {
     /// Decode-only steps of at least this many tokens run attention as one block per (token,
     /// kv head) that computes and merges its splits itself (`attn_decode_serial`); None never.
     pub serial_attention_from: Option<usize>,
+    /// Serial attention launches of at least this many (token, kv head) blocks per SM run as
+    /// blocks of 4 warps, two per SM (`attn_decode_serial_pair`), the others as blocks of 8;
+    /// 0 always, None never.
+    pub serial_pairs_per_sm: Option<usize>,
     /// Decode attention's split blocks of a (token, kv head) run as one thread-block cluster
     /// and merge through each other's shared memory (`attn_decode_cluster`, sm_90+; elsewhere,
     /// or where the device cannot hold such a cluster, the default kernel runs).
@@ -108,6 +112,7 @@ impl Default for KernelTuning {
         KernelTuning {
             deep_n1_blocks_per_sm: 2,
             serial_attention_from: Some(4),
+            serial_pairs_per_sm: Some(1),
             cluster_attention: false,
             prepared_from: 3,
             token_split: true,
@@ -133,6 +138,7 @@ impl KernelTuning {
         KernelTuning {
             deep_n1_blocks_per_sm: 0,
             serial_attention_from: None,
+            serial_pairs_per_sm: None,
             cluster_attention: false,
             prepared_from: 0,
             token_split: false,
@@ -151,6 +157,7 @@ impl KernelTuning {
     }
 
     /// The defaults, with `NERVA_MMA_DEEP=<blocks per SM>`, `NERVA_ATTN_SERIAL=<tokens>`,
+    /// `NERVA_ATTN_SERIAL_PAIRS=<blocks per SM>`,
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
@@ -177,6 +184,7 @@ impl KernelTuning {
         KernelTuning {
             deep_n1_blocks_per_sm: var("NERVA_MMA_DEEP").unwrap_or(d.deep_n1_blocks_per_sm),
             serial_attention_from: from("NERVA_ATTN_SERIAL", d.serial_attention_from),
+            serial_pairs_per_sm: from("NERVA_ATTN_SERIAL_PAIRS", d.serial_pairs_per_sm),
             cluster_attention: var("NERVA_ATTN_CLUSTER").map_or(d.cluster_attention, |v| v != 0),
             prepared_from: var("NERVA_MMA_PREPARED").unwrap_or(d.prepared_from),
             token_split: var("NERVA_MMA_SPLIT").map_or(d.token_split, |v| v != 0),

@@ -858,37 +858,81 @@ struct WgBlock {
     }
 };
 
-// A wgmma GEMM block's chains in order: `group(IntC<set>(), p)` issues group p with fragment
-// set `set` (alternating, so group p - 1's wgmma stay in flight), each chain from a zero
-// accumulator; at a chain's end every wgmma retires, `retired(p)` hears that the groups before p
-// are done, and the chain is merged (gemm_chain_done).
+// One chain of a wgmma GEMM block, `len` groups from group p (advanced past them), from a zero
+// accumulator: `group(IntC<set>(), p)` issues group p with fragment set `set` (alternating, so
+// group p - 1's wgmma stay in flight); at the chain's end every wgmma retires and `retired(p)`
+// hears that the groups before p are done.
+template <int VALS, typename Group, typename Retired>
+__device__ __forceinline__ void wg_chain(int len, int& p, float (&acc)[VALS], u32 (&fa)[2][4][4],
+                                         Group group, Retired retired) {
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
+    int j = 0;
+    for (; j + 1 < len; j += 2, p += 2) {
+        group(IntC<0>(), p);
+        group(IntC<1>(), p + 1);
+    }
+    if (j < len) group(IntC<0>(), p++);
+    wgmma_wait<0>();
+    wgmma_hold(acc);
+    wgmma_hold(fa[0]);
+    wgmma_hold(fa[1]);
+    retired(p);
+}
+
+// A wgmma GEMM block's chains in order (wg_chain), each merged at its end (gemm_chain_done).
 template <int VALS, typename Group, typename Retired>
 __device__ __forceinline__ void wg_chains(const GemmChains& ch, float (&acc)[VALS],
                                           float (&sum)[VALS], u32 (&fa)[2][4][4], float* first,
                                           Group group, Retired retired) {
     int p = 0;
     for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
-#pragma unroll
-        for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
         int len = gemm_chain_len(gemm_chain(ci), ch.groups);
         // Probe 3: every group in one chain (what the chain ends cost).
         if (WG_PROBE == 3) {
             if (ci != ch.ci0) continue;
             len = ch.mine;
         }
-        int j = 0;
-        for (; j + 1 < len; j += 2, p += 2) {
-            group(IntC<0>(), p);
-            group(IntC<1>(), p + 1);
-        }
-        if (j < len) group(IntC<0>(), p++);
-        wgmma_wait<0>();
-        wgmma_hold(acc);
-        wgmma_hold(fa[0]);
-        wgmma_hold(fa[1]);
-        retired(p);
+        wg_chain(len, p, acc, fa, group, retired);
         gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
     }
+}
+
+// Group p of wg_gemm_body's pipeline (and wg_stream_body's) with fragment set SET, its stage at
+// `use`: wait until its copies landed (and every warp is past group p - 1), `refill()` the stage
+// that held group p - 2 with the group AHEAD further on (or nothing) and commit that, then issue
+// the group's wgmma. Group p - 1's wgmma stay in flight until these are issued (wait_group 1).
+template <typename W, int AHEAD, int SET, int VALS, typename Refill>
+__device__ __forceinline__ void wg_group(u32 use, int warp, int lane, int p, float (&acc)[VALS],
+                                         u32 (&fa)[2][4][4], Refill refill) {
+    cp_async_wait<AHEAD - 1>();
+    // The copies into stage p are visible to the tensor cores (the async proxy).
+    if (WG_PROBE != 6) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    if (WG_PROBE != 7) __syncthreads();
+    refill();
+    cp_async_commit();
+    if (WG_PROBE != 4 || p < 2) {
+        gemm_a_fragments(use, warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
+        gemm_a_fragments(use, warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
+    }
+    wgmma_fence();
+    const u32 b = use + GEMM_A_BYTES;
+#if WG_PROBE == 5
+    // The weights from shared memory as wgmma's own operand (wrong values, the traffic of a
+    // 128-byte-swizzled A): what reading A through registers costs.
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+        wgmma_ss_probe(acc, wgmma_desc_sw128(use + (warp / 4) * 8192 + s * 32),
+                       wgmma_desc_sw128(b + s * 32));
+#else
+#pragma unroll
+    for (int s = 0; s < 4; ++s) wgmma_step<W>(acc, fa[SET][s], wgmma_desc_sw128(b + s * 32));
+#endif
+    wgmma_commit();
+    wgmma_hold(acc);
+    // Group p - 1 retired: its fragments (the other set) are free again.
+    wgmma_wait<1>();
+    wgmma_hold(fa[SET ^ 1]);
 }
 
 template <typename W, int EPI, int BN>
@@ -942,46 +986,270 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
                    warp * (VALS * 32) + lane;
     // Group p with fragment set SET.
     auto group = [&](auto set, int p) {
-        constexpr int SET = decltype(set)::value;
-        cp_async_wait<WG_AHEAD - 1>();
-        // The copies into stage p are visible to the tensor cores (the async proxy).
-        if (WG_PROBE != 6) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        if (WG_PROBE != 7) __syncthreads();
-        if (p + WG_AHEAD < ch.mine) {
-            stager.weights(fill, ahead.gi);
-            stager.inputs(fill + GEMM_A_BYTES, ahead.gi);
-            ahead.next(ch);
-        }
-        cp_async_commit();
-        advance(fill);
-        if (WG_PROBE != 4 || p < 2) {
-            gemm_a_fragments(use, warp, lane, 0, reinterpret_cast<u32(&)[2][4]>(fa[SET][0]));
-            gemm_a_fragments(use, warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
-        }
-        wgmma_fence();
-        const u32 b = use + GEMM_A_BYTES;
-#if WG_PROBE == 5
-        // The weights from shared memory as wgmma's own operand (wrong values, the traffic of a
-        // 128-byte-swizzled A): what reading A through registers costs.
-#pragma unroll
-        for (int s = 0; s < 4; ++s)
-            wgmma_ss_probe(acc, wgmma_desc_sw128(use + (warp / 4) * 8192 + s * 32),
-                           wgmma_desc_sw128(b + s * 32));
-#else
-#pragma unroll
-        for (int s = 0; s < 4; ++s) wgmma_step<W>(acc, fa[SET][s], wgmma_desc_sw128(b + s * 32));
-#endif
-        wgmma_commit();
-        wgmma_hold(acc);
+        wg_group<W, WG_AHEAD, decltype(set)::value>(use, warp, lane, p, acc, fa, [&] {
+            if (p + WG_AHEAD < ch.mine) {
+                stager.weights(fill, ahead.gi);
+                stager.inputs(fill + GEMM_A_BYTES, ahead.gi);
+                ahead.next(ch);
+            }
+            advance(fill);
+        });
         advance(use);
-        // Group p - 1 retired: its fragments (the other set) are free again.
-        wgmma_wait<1>();
-        wgmma_hold(fa[SET ^ 1]);
     };
     wg_chains(ch, acc, sum, fa, first, group, [](int) {});
     auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
     gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, blk.tile_id, blk.split, splits,
                          bias, y, y_stride, row0, t0, R, T);
+#else
+    __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
+#endif
+}
+
+// The persistent ("stream") schedule of a 64-token wgmma GEMM launch of `blocks` blocks over
+// `tiles` tiles of 128 rows × 64 tokens: block b takes `per` = tiles / blocks whole tiles, then an
+// even share of the chains of the tiles left over (rem0 onwards; unit u is chain position u % 8
+// of tile rem0 + u / 8), cut between any two chains. So every SM streams the same number of
+// groups give or take one chain, where one block per tile left 1.45 waves of blocks for the 8B's
+// gate|up at decode batches (192 tiles on 132 SMs) and a fixed ramp per block.
+struct StreamShare {
+    int blocks, per, rem0, units, u0, u1;
+    __device__ __forceinline__ StreamShare(int tiles, int blocks_, int b) : blocks(blocks_) {
+        per = tiles / blocks;
+        rem0 = per * blocks;
+        units = (tiles - rem0) * MMA_WARPS;
+        u0 = (int)((long long)units * b / blocks);
+        u1 = (int)((long long)units * (b + 1) / blocks);
+    }
+    // Some block's share starts at unit u (a cut between positions u - 1 and u of a tile).
+    __device__ __forceinline__ bool cut_at(int u) const {
+        const long long b = ((long long)u * blocks + units - 1) / units;
+        return b < blocks && (long long)units * b / blocks == u;
+    }
+};
+
+// The pieces of block b's share in order: its whole tiles (positions 0..8), then its run of
+// chain units broken at tile ends (positions c0..c1 of one tile).
+struct StreamPiece {
+    int k, u, tile, c0, c1;
+    bool valid;
+    __device__ __forceinline__ StreamPiece(const StreamShare& s, int b) : k(0), u(s.u0) { set(s, b); }
+    __device__ __forceinline__ void set(const StreamShare& s, int b) {
+        valid = true;
+        if (k < s.per) {
+            tile = b * s.per + k;
+            c0 = 0;
+            c1 = MMA_WARPS;
+        } else if (u < s.u1) {
+            tile = s.rem0 + u / MMA_WARPS;
+            c0 = u % MMA_WARPS;
+            c1 = min(MMA_WARPS, c0 + s.u1 - u);
+        } else {
+            valid = false;
+        }
+    }
+    __device__ __forceinline__ void advance(const StreamShare& s, int b) {
+        if (k < s.per) ++k;
+        else u += c1 - c0;
+        set(s, b);
+    }
+    __device__ __forceinline__ bool whole() const { return c0 == 0 && c1 == MMA_WARPS; }
+};
+
+// Block b's groups in order across its pieces (GroupCursor over a stream share).
+struct StreamGroups {
+    StreamPiece pc;
+    int ci, gi;
+    __device__ __forceinline__ StreamGroups(const StreamShare& s, int b, int groups)
+        : pc(s, b), ci(pc.c0), gi(gemm_chain(pc.c0)) {
+        settle(s, b, groups);
+    }
+    __device__ __forceinline__ void settle(const StreamShare& s, int b, int groups) {
+        while (pc.valid && gi >= groups) {
+            if (++ci >= pc.c1) {
+                pc.advance(s, b);
+                if (!pc.valid) return;
+                ci = pc.c0;
+            }
+            gi = gemm_chain(ci);
+        }
+    }
+    __device__ __forceinline__ void next(const StreamShare& s, int b, int groups) {
+        gi += MMA_WARPS;
+        settle(s, b, groups);
+    }
+};
+
+// Shared memory of wg_stream_body: wg64's stages, then one region that holds the pair-opening
+// chains while a piece runs and the finished tile ([128][65] floats) at its end.
+struct WgStreamTile {
+    typedef WgTile<64> T;
+    static constexpr int TILE_BYTES = GEMM_BM * 65 * 4;
+    static constexpr int REGION = T::FIRST_BYTES > TILE_BYTES ? T::FIRST_BYTES : TILE_BYTES;
+    static constexpr int SMEM = T::STAGES * T::STAGE_BYTES + REGION + 1024;
+};
+
+// A chain at position ci of a piece [c0, c1) of a tile shared with other blocks just ended in
+// `acc`: a pair that opens and closes in the piece is written whole (w_2i + w_2i+1, at slot 2i),
+// a chain whose pair partner lies in another block's piece alone (at its own slot). `slots`:
+// this thread's value 0 of slot 0 of the tile's 8 slots ([slot][value][thread]).
+template <int VALS>
+__device__ __forceinline__ void stream_chain_done(int ci, int c0, int c1, const float (&acc)[VALS],
+                                                  float* first, float* slots) {
+    const bool opens = (ci & 1) == 0, paired = opens ? ci + 1 < c1 : ci - 1 >= c0;
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) {
+        float& f = first[v * 32];
+        if (opens && paired) f = acc[v];
+        else if (paired) __stcg(slots + ((ci - 1) * VALS + v) * MMA_THREADS, f + acc[v]);
+        else __stcg(slots + (ci * VALS + v) * MMA_THREADS, acc[v]);
+    }
+}
+
+// A shared tile's piece is written: count its chains in counters[r]; the block that completes
+// the 8 resets the counter, reads the slots back and merges them into `sum` as one block would,
+// ((p0 + p1) + p2) + p3, each p_i whole from slot 2i or (cut between its chains) w_2i + w_2i+1.
+template <int VALS>
+__device__ __forceinline__ bool stream_merge(const StreamShare& sh, int r, int chains,
+                                             int* counters, const float* slots,
+                                             float (&sum)[VALS]) {
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) last = atomicAdd(counters + r, chains) + chains == MMA_WARPS;
+    __syncthreads();
+    if (!last) return false;
+    __threadfence();
+    if (threadIdx.x == 0) counters[r] = 0;
+    bool cut[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cut[i] = sh.cut_at(r * MMA_WARPS + 2 * i + 1);
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) {
+        auto at = [&](int z) { return __ldcg(slots + (z * VALS + v) * MMA_THREADS); };
+        float pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pr[i] = cut[i] ? at(2 * i) + at(2 * i + 1) : at(2 * i);
+        sum[v] = ((pr[0] + pr[1]) + pr[2]) + pr[3];
+    }
+    return true;
+}
+
+// wg64 as a persistent GEMM: gridDim.x blocks (at most one per SM, no more than 8 per tile)
+// share the launch's tiles by StreamShare, and each streams its groups through one pipeline from
+// piece to piece, so the next piece's first groups are in flight while a piece ends. The same
+// tiles, chains, order and arithmetic as wg_gemm_body (the same bits): a whole tile merges its
+// chains as one wg64 block does; the pieces of a shared tile leave their pairs or lone chains in
+// ws (8 slots of 128 × 64 floats per tile left over, at most blocks - 1 tiles: within the split
+// workspace) and the last to finish merges them in the one order. `splits` is unused.
+template <typename W, int EPI>
+__device__ __forceinline__ void wg_stream_body(const W* __restrict__ w,
+                                               const float* __restrict__ bias,
+                                               const W* __restrict__ xh, int K, int R, int T,
+                                               float* __restrict__ y, int y_stride,
+                                               int token_tiles, float* ws, int* counters) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BN = 64;
+    typedef WgTile<BN> L;
+    constexpr int VALS = L::VALS, WG_STAGES = L::STAGES, WG_AHEAD = L::AHEAD;
+    extern __shared__ __align__(128) unsigned char gemm_smem[];
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < WgStreamTile::SMEM) __trap();  // launched without its shared memory: a host bug
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, b = blockIdx.x;
+    const u32 raw = (u32)__cvta_generic_to_shared(gemm_smem), base = (raw + 1023) & ~1023u;
+    const u32 last_slot = base + (WG_STAGES - 1) * L::STAGE_BYTES;
+    auto advance = [&](u32& slot) { slot = slot == last_slot ? base : slot + L::STAGE_BYTES; };
+    const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+    const int tiles = (R + GEMM_BM - 1) / GEMM_BM * token_tiles;
+    const StreamShare share(tiles, gridDim.x, b);
+    auto origin = [&](int tile, int& row0, int& t0) {
+        row0 = (tile / token_tiles) * GEMM_BM;
+        t0 = (tile % token_tiles) * BN;
+    };
+    // A stager for the tile of `at`'s piece (rebuilt when the piece moves to another tile).
+    auto stager_for = [&](const StreamGroups& at) {
+        int row0, t0;
+        origin(at.pc.tile, row0, t0);
+        return WgStager<W, BN>(tid, w, xh, row0, R, t0, T, K, groups);
+    };
+    StreamGroups ahead(share, b, groups);
+    WgStager<W, BN> stager = stager_for(ahead);
+    int stager_tile = ahead.pc.tile;
+    auto restage = [&]() {
+        if (ahead.pc.tile != stager_tile) {
+            stager = stager_for(ahead);
+            stager_tile = ahead.pc.tile;
+        }
+    };
+    u32 fill = base, use = base;
+
+    // The first groups' weights do not depend on the previous kernel, their inputs do (to_half).
+    {
+        StreamGroups c = ahead;
+        u32 slot = base;
+#pragma unroll 1
+        for (int s = 0; s < WG_AHEAD && c.pc.valid; ++s) {
+            stager_for(c).weights(slot, c.gi);
+            c.next(share, b, groups);
+            advance(slot);
+        }
+    }
+    pdl_enter();
+#pragma unroll
+    for (int s = 0; s < WG_AHEAD; ++s) {
+        if (ahead.pc.valid) {
+            restage();
+            stager.inputs(fill + GEMM_A_BYTES, ahead.gi);
+            ahead.next(share, b, groups);
+        }
+        cp_async_commit();
+        advance(fill);
+    }
+
+    float acc[VALS], sum[VALS];
+    u32 fa[2][4][4];
+    unsigned char* region = gemm_smem + (base - raw) + WG_STAGES * L::STAGE_BYTES;
+    float* first = reinterpret_cast<float*>(region) + warp * (VALS * 32) + lane;
+    float(*tile_sums)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(region);
+    auto group = [&](auto set, int p) {
+        wg_group<W, WG_AHEAD, decltype(set)::value>(use, warp, lane, p, acc, fa, [&] {
+            if (ahead.pc.valid) {
+                restage();
+                stager.weights(fill, ahead.gi);
+                stager.inputs(fill + GEMM_A_BYTES, ahead.gi);
+                ahead.next(share, b, groups);
+            }
+            advance(fill);
+        });
+        advance(use);
+    };
+    int p = 0;
+    for (StreamPiece pc(share, b); pc.valid; pc.advance(share, b)) {
+        const bool whole = pc.whole();
+        // A shared tile's slots and counter (tiles from rem0 on).
+        const int r = pc.tile - share.rem0;
+        float* slots = whole ? nullptr : ws + (size_t)r * MMA_WARPS * VALS * MMA_THREADS + tid;
+        for (int ci = pc.c0; ci < pc.c1; ++ci) {
+            wg_chain(gemm_chain_len(gemm_chain(ci), groups), p, acc, fa, group, [](int) {});
+            if (whole) gemm_chain_done(ci, 0, acc, sum, first, 32);
+            else stream_chain_done(ci, pc.c0, pc.c1, acc, first, slots);
+        }
+        if (!whole && !stream_merge(share, r, pc.c1 - pc.c0, counters, slots, sum)) continue;
+        int row0, t0;
+        origin(pc.tile, row0, t0);
+        // Every thread is done with its pair-opening chains before the region holds the tile.
+        __syncthreads();
+#pragma unroll
+        for (int v = 0; v < VALS; ++v) {
+            const int g = lane >> 2, c = lane & 3, n = v / 4, e = v % 4;
+            tile_sums[16 * warp + g + 8 * (e >> 1)][8 * n + 2 * c + (e & 1)] = sum[v];
+        }
+        __syncthreads();
+        gemm_store_tile<EPI, BN>(tile_sums, bias, y, y_stride, row0, t0, R, T);
+        // (A chain of no groups, K < 512, would reach the region without a group's barrier.)
+        __syncthreads();
+    }
+    cp_async_wait<0>();
 #else
     __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
 #endif
@@ -1173,6 +1441,12 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         wgs_gemm_body<W, EPI, 128, false>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,  \
                                           counters, splits, nullptr, nullptr);                 \
     }
+// The persistent 64-token wgmma GEMM (wg_stream_body), blocks sharing the launch's tiles.
+#define MMA_WG_STREAM_ENTRY(NAME, W, EPI)                                                      \
+    extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {     \
+        (void)splits;                                                                          \
+        wg_stream_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters);   \
+    }
 #define MMA_WGT_ENTRY(NAME, W, EPI)                                                        \
     extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
         NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
@@ -1215,7 +1489,8 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128, MMA_THREADS)     \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64, MMA_THREADS)    \
     MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)                                 \
-    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI)
+    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI)                                 \
+    MMA_WG_STREAM_ENTRY(mma_##MODE##_##DT##_wg64s, W, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \

@@ -624,6 +624,33 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "tiled weights + the persistent wgmma GEMM (Hopper) from 9 tokens in 5 blocks",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: true,
+                    gemm_split: GemmSplit::Auto,
+                    wg_tma: false,
+                    wg_stream: true,
+                    wg_stream_blocks: 5,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "row-major weights + the persistent wgmma GEMM (Hopper) from 9 tokens in 3 \
+                 blocks (tiles shared in odd places)",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: true,
+                    gemm_split: GemmSplit::Auto,
+                    wgmma: true,
+                    wg_stream: true,
+                    wg_stream_blocks: 3,
+                    ..KernelTuning::baseline()
+                },
+            ),
+            (
                 "the default variants + L2 prefetch",
                 KernelTuning {
                     l2_prefetch_bytes: 24 << 20,

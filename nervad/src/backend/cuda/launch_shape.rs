@@ -53,9 +53,9 @@ pub(super) const ATTN_GENERAL_DIM: usize = 128;
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
 /// fixed-order GEMM (`MMA_GEMM`).
-pub const MMA_VARIANTS: [&str; 15] = [
+pub const MMA_VARIANTS: [&str; 16] = [
     "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
-    "wgs", "wgt",
+    "wgs", "wgt", "wg64s",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -82,6 +82,10 @@ pub const MMA_WGS: usize = 13;
 /// it measured no faster than `wg64`, and in clusters of two blocks sharing the weights'
 /// copies slower than alone: 2026-11-26 twelfth session.)
 pub const MMA_WGT: usize = 14;
+/// Index of the persistent 64-token wgmma GEMM in `MMA_VARIANTS` (`wg64s`): `wg64`'s launches
+/// where `KernelTuning::wg_stream` holds, in `wg_stream_blocks` blocks that share the launch's
+/// tiles chain by chain (mma.cuh's StreamShare), each streaming its groups through one pipeline.
+pub const MMA_WG_STREAM: usize = 15;
 /// Threads per block of `MMA_WGS` and `MMA_WGT` (mma.cuh's WGS_THREADS); every other variant
 /// runs 256.
 pub const MMA_WGS_THREADS: u32 = 384;
@@ -113,6 +117,42 @@ pub const fn mma_gemm_shared(tokens: usize) -> u32 {
 pub const fn wg_gemm_shared(tokens: usize) -> u32 {
     let stages = if tokens == 64 { 8 } else { 5 };
     (stages * ((16 << 10) + tokens * 128) + 256 * (tokens / 2) * 4 + 1024) as u32
+}
+
+/// Dynamic shared memory of a `wg64s` launch (mma.cuh's `WgStreamTile::SMEM`): `wg64`'s 8
+/// stages, one region for the pair-opening chains or the finished 128 × 65-float tile, and 1 KiB
+/// to align the stages: 225.5 KiB.
+pub const WG_STREAM_SHARED: u32 = {
+    let chains = 256 * 32 * 4;
+    let tile = 128 * 65 * 4;
+    (8 * ((16 << 10) + 64 * 128) + if chains > tile { chains } else { tile } + 1024) as u32
+};
+
+/// Blocks of a `wg64s` launch over `tiles` tiles of 128 rows × 64 tokens: one per SM (or
+/// `cap`, when not 0), no more than the tiles' chains (8 each). Its shared tiles (fewer than the
+/// blocks) fit the split workspace and counters (`GEMM_SPLIT_MAX_BLOCKS_PER_SM` per SM).
+pub fn wg_stream_blocks(tiles: usize, sms: usize, cap: u32) -> u32 {
+    let most = if cap == 0 {
+        sms
+    } else {
+        (cap as usize).min(sms)
+    };
+    (tiles * 8).min(most).max(1) as u32
+}
+
+/// Whether the persistent launch (`wg_stream_blocks` blocks) of `tiles` 64-token tiles beats
+/// `wg64`'s `splits` blocks per tile on `sms` multiprocessors: the most chains one SM streams,
+/// whole tiles' 8 each plus its share of the leftover tiles' chains, against the block waves ×
+/// each block's chains, by at least a fifth (sharing a tile costs its pieces' slots and a merge:
+/// on qwen3-8b's o and down, 32 tiles that 4 splits already spread over 128 SMs, the persistent
+/// launch measured 14% slower per launch and gate|up 10% faster, ncu, 2026-11-26 fourteenth
+/// session).
+pub fn wg_stream_gains(tiles: usize, splits: usize, sms: usize, blocks: usize) -> bool {
+    let chains = 8usize;
+    let split_cost = (tiles * splits).div_ceil(sms) * (chains / splits.max(1));
+    let per = tiles / blocks;
+    let stream_cost = per * chains + ((tiles - per * blocks) * chains).div_ceil(blocks);
+    5 * stream_cost <= 4 * split_cost
 }
 
 /// Dynamic shared memory of an `MMA_GEMM` launch: 160 KiB.
@@ -304,6 +344,44 @@ mod tests {
             assert!((1..=most).contains(&(slices as usize)));
             assert!(m * slices as usize >= (2 * SMS).min(m * most));
         }
+    }
+
+    #[test]
+    fn the_persistent_gemm_fits_one_block_per_sm_and_its_workspace() {
+        // 8 stages of 24 KiB and the 128 × 65-float tile: under the 227 KiB a block may opt in to.
+        assert_eq!(WG_STREAM_SHARED, 230_912);
+        const { assert!(WG_STREAM_SHARED <= 227 << 10) };
+        // qwen3-8b at 64 tokens: gate|up's 192 tiles and down's 32 on every SM; a few tiles'
+        // chains on as many blocks as chains; a cap below the SMs holds.
+        assert_eq!(wg_stream_blocks(192, SMS, 0), 132);
+        assert_eq!(wg_stream_blocks(32, SMS, 0), 132);
+        assert_eq!(wg_stream_blocks(2, SMS, 0), 16);
+        assert_eq!(wg_stream_blocks(192, SMS, 3), 3);
+        assert_eq!(wg_stream_blocks(192, SMS, 1000), 132);
+        // Fewer tiles are shared than there are blocks (tiles mod blocks), each with 8 slots of
+        // 128 × 64 floats: within the split workspace of 8 blocks × 128 × 128 floats per SM.
+        for tiles in [1usize, 2, 31, 132, 133, 192, 263, 1000] {
+            let blocks = wg_stream_blocks(tiles, SMS, 0) as usize;
+            let shared = tiles % blocks;
+            assert!(shared < blocks);
+            assert!(shared * 8 * 128 * 64 <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * SMS * 128 * 128);
+            assert!(shared <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * SMS);
+        }
+    }
+
+    #[test]
+    fn the_persistent_gemm_runs_where_it_evens_out_the_waves() {
+        let gains = |tiles: usize, splits: usize| {
+            wg_stream_gains(tiles, splits, SMS, wg_stream_blocks(tiles, SMS, 0) as usize)
+        };
+        // qwen3-8b at 64 tokens: gate|up's 192 whole tiles take 2 waves of 8 chains (16) where
+        // 132 blocks stream 12; q|k|v's 48 tiles in 4 splits 2 waves of 2 chains (4) against 3.
+        assert!(gains(192, 1));
+        assert!(gains(48, 4));
+        // o and down: 32 tiles in 4 splits, one wave of 2 chains either way; the LM head's
+        // 1,187 tiles: 9 waves of 8 against 8 whole tiles and 8 chains of the rest (72 both).
+        assert!(!gains(32, 4));
+        assert!(!gains(1187, 1));
     }
 
     #[test]

@@ -46,9 +46,10 @@ use launch_shape::{
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
-    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WGS,
-    MMA_WGS_THREADS, MMA_WGT, MmaLaunch, gemm_splits, mma_gemm_shared, mma_launch, mma_threads,
-    mma_variant, to_half_grid, wg_gemm_shared,
+    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM,
+    MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch, WG_STREAM_SHARED, gemm_splits, mma_gemm_shared,
+    mma_launch, mma_threads, mma_variant, to_half_grid, wg_gemm_shared, wg_stream_blocks,
+    wg_stream_gains,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning};
@@ -467,6 +468,8 @@ struct MmaFamily {
     wg_specialized: Kernel,
     /// The same staged by tensor copies (tiled weights; two tensor maps per launch).
     wg_tma: Kernel,
+    /// The 64-token wgmma GEMM, persistent (one block per SM sharing the launch's tiles).
+    wg_stream: Kernel,
 }
 
 impl MmaFamily {
@@ -484,6 +487,7 @@ impl MmaFamily {
             v if v == MMA_WG + 1 => self.wg_narrow,
             MMA_WGS => self.wg_specialized,
             MMA_WGT => self.wg_tma,
+            MMA_WG_STREAM => self.wg_stream,
             v => self.split[v - MMA_SPLIT],
         }
     }
@@ -1284,6 +1288,7 @@ impl CudaBackend {
                     wg_narrow: m[MMA_WG + 1],
                     wg_specialized: m[MMA_WGS],
                     wg_tma: m[MMA_WGT],
+                    wg_stream: m[MMA_WG_STREAM],
                     n1: m[0],
                     n2: m[1],
                     n4: m[2],
@@ -1405,6 +1410,14 @@ impl CudaBackend {
         {
             tracing::warn!(arch, "the wgmma GEMM with tensor copies cannot run ({e})");
             tuning.wg_tma = false;
+        }
+        // The persistent 64-token tiles: the same bits as wg64, which runs them where refused.
+        tuning.wg_stream &= tuning.wgmma;
+        if tuning.wg_stream
+            && let Err(e) = grant_one(&mut k, |f| &mut f.wg_stream, WG_STREAM_SHARED)
+        {
+            tracing::warn!(arch, "the persistent wgmma GEMM cannot run ({e})");
+            tuning.wg_stream = false;
         }
         if tuning.cluster_attention {
             let fits = if arch >= 90 {
@@ -1717,8 +1730,23 @@ impl CudaBackend {
         // in its order.
         let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
         let wg = gemm && self.tuning.wgmma && p.k.is_multiple_of(64);
+        let sms = self.sms as usize;
+        let tiles = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles;
+        let stream_blocks = wg_stream_blocks(tiles as usize, sms, self.tuning.wg_stream_blocks);
+        // Fixed splits are the bit-identity tests' (wg64 as asked); a cap on the blocks is too,
+        // so that the persistent kernel runs wherever it may.
+        let stream = self.tuning.wg_stream
+            && self.tuning.gemm_split == GemmSplit::Auto
+            && (self.tuning.wg_stream_blocks != 0
+                || wg_stream_gains(
+                    tiles as usize,
+                    shape.splits as usize,
+                    sms,
+                    stream_blocks as usize,
+                ));
         let variant = match shape.variant {
             MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
+            MMA_GEMM_NARROW if wg && stream => MMA_WG_STREAM,
             MMA_GEMM if wg && self.tuning.wg_specialized => MMA_WGS,
             v if wg => MMA_WG + (v - MMA_GEMM),
             v => v,
@@ -1731,7 +1759,11 @@ impl CudaBackend {
         let mut a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
         a.token_tiles = shape.token_tiles as i32;
         let splits = shape.splits as i32;
-        let blocks = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles * shape.splits;
+        let blocks = if variant == MMA_WG_STREAM {
+            stream_blocks
+        } else {
+            tiles * shape.splits
+        };
         let maps = GemmMaps::for_variant(variant, p.w.ptr, p.r, p.k, xh, t)?;
         let args = a.args(Some(&xh));
         let args = if gemm {
@@ -1752,7 +1784,9 @@ impl CudaBackend {
         // split launch has at most gemm_split_blocks blocks (`gemm_splits`), within ws and
         // counters, and its counters are zero between launches; the warp-specialized GEMM runs
         // with the MMA_WGS_THREADS threads it is built for, its TMA forms (tiled weights only:
-        // `wg_tma`) with the maps of those same w and xh.
+        // `wg_tma`) with the maps of those same w and xh; the persistent one (`wg64s`) in
+        // `wg_stream_blocks` blocks, at most one per SM, so its shared tiles (fewer than its
+        // blocks) stay within ws and counters.
         unsafe {
             self.gpu.launch(
                 family.kernel(variant),

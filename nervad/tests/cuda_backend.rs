@@ -407,7 +407,7 @@ fn prefill_and_fused_decode_give_identical_bits() {
 /// bit (and the prompts' KV, written by the variants' prefill launches, feeds those logits).
 #[test]
 fn kernel_variants_give_identical_bits() {
-    use nervad::backend::cuda::{CudaBackend, GemmSplit, KernelTuning};
+    use nervad::backend::cuda::{CudaBackend, GemmSplit, KernelTuning, WgStream};
     use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
     let Some(cuda) = device() else { return };
     // TinyLlama: an untied LM head and an intermediate size (160) that is no multiple of the
@@ -631,7 +631,7 @@ fn kernel_variants_give_identical_bits() {
                     gemm_narrow: true,
                     gemm_split: GemmSplit::Auto,
                     wg_tma: false,
-                    wg_stream: true,
+                    wg_stream: WgStream::Always,
                     wg_stream_blocks: 5,
                     ..KernelTuning::default()
                 },
@@ -645,7 +645,7 @@ fn kernel_variants_give_identical_bits() {
                     gemm_narrow: true,
                     gemm_split: GemmSplit::Auto,
                     wgmma: true,
-                    wg_stream: true,
+                    wg_stream: WgStream::Always,
                     wg_stream_blocks: 3,
                     ..KernelTuning::baseline()
                 },

@@ -83,7 +83,7 @@ pub const MMA_WGS: usize = 13;
 /// copies slower than alone: 2026-11-26 twelfth session.)
 pub const MMA_WGT: usize = 14;
 /// Index of the persistent 64-token wgmma GEMM in `MMA_VARIANTS` (`wg64s`): `wg64`'s launches
-/// where `KernelTuning::wg_stream` holds, in `wg_stream_blocks` blocks that share the launch's
+/// that `KernelTuning::wg_stream` picks, in `wg_stream_blocks` blocks that share the launch's
 /// tiles chain by chain (mma.cuh's StreamShare), each streaming its groups through one pipeline.
 pub const MMA_WG_STREAM: usize = 15;
 /// Threads per block of `MMA_WGS` and `MMA_WGT` (mma.cuh's WGS_THREADS); every other variant
@@ -142,17 +142,16 @@ pub fn wg_stream_blocks(tiles: usize, sms: usize, cap: u32) -> u32 {
 
 /// Whether the persistent launch (`wg_stream_blocks` blocks) of `tiles` 64-token tiles beats
 /// `wg64`'s `splits` blocks per tile on `sms` multiprocessors: the most chains one SM streams,
-/// whole tiles' 8 each plus its share of the leftover tiles' chains, against the block waves ×
-/// each block's chains, by at least a fifth (sharing a tile costs its pieces' slots and a merge:
-/// on qwen3-8b's o and down, 32 tiles that 4 splits already spread over 128 SMs, the persistent
-/// launch measured 14% slower per launch and gate|up 10% faster, ncu, 2026-11-26 fourteenth
-/// session).
+/// whole tiles' 8 each plus its share of the leftover tiles' chains, fewer than the block waves
+/// × each block's chains. (Where they tie, sharing tiles only adds their slots and merges: on
+/// qwen3-8b's o and down, 32 tiles that 4 splits spread over 128 SMs, the persistent launch
+/// measured 14% slower, ncu, 2026-11-26 fourteenth session.)
 pub fn wg_stream_gains(tiles: usize, splits: usize, sms: usize, blocks: usize) -> bool {
     let chains = 8usize;
     let split_cost = (tiles * splits).div_ceil(sms) * (chains / splits.max(1));
     let per = tiles / blocks;
     let stream_cost = per * chains + ((tiles - per * blocks) * chains).div_ceil(blocks);
-    5 * stream_cost <= 4 * split_cost
+    stream_cost < split_cost
 }
 
 /// Dynamic shared memory of an `MMA_GEMM` launch: 160 KiB.
@@ -382,6 +381,18 @@ mod tests {
         // 1,187 tiles: 9 waves of 8 against 8 whole tiles and 8 chains of the rest (72 both).
         assert!(!gains(32, 4));
         assert!(!gains(1187, 1));
+        // With 12 SMs left free for the next kernel, gate|up still gains (13 chains against
+        // 16), q|k|v no longer (4 against 4).
+        let capped = |tiles, splits| {
+            wg_stream_gains(
+                tiles,
+                splits,
+                SMS,
+                wg_stream_blocks(tiles, SMS, 120) as usize,
+            )
+        };
+        assert!(capped(192, 1));
+        assert!(!capped(48, 4));
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub use launch_shape::{
     wg_stream_gains,
 };
 pub use tma::GemmMaps;
-pub use tuning::{GemmSplit, KernelTuning};
+pub use tuning::{GemmSplit, KernelTuning, WgStream};
 
 /// Must match `kernels/attention.cu`.
 const ATTN_MAX_GROUP: usize = 8;
@@ -1412,12 +1412,14 @@ impl CudaBackend {
             tuning.wg_tma = false;
         }
         // The persistent 64-token tiles: the same bits as wg64, which runs them where refused.
-        tuning.wg_stream &= tuning.wgmma;
-        if tuning.wg_stream
+        if !tuning.wgmma {
+            tuning.wg_stream = WgStream::Off;
+        }
+        if tuning.wg_stream != WgStream::Off
             && let Err(e) = grant_one(&mut k, |f| &mut f.wg_stream, WG_STREAM_SHARED)
         {
             tracing::warn!(arch, "the persistent wgmma GEMM cannot run ({e})");
-            tuning.wg_stream = false;
+            tuning.wg_stream = WgStream::Off;
         }
         if tuning.cluster_attention {
             let fits = if arch >= 90 {
@@ -1733,17 +1735,18 @@ impl CudaBackend {
         let sms = self.sms as usize;
         let tiles = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles;
         let stream_blocks = wg_stream_blocks(tiles as usize, sms, self.tuning.wg_stream_blocks);
-        // Fixed splits are the bit-identity tests' (wg64 as asked); a cap on the blocks is too,
-        // so that the persistent kernel runs wherever it may.
-        let stream = self.tuning.wg_stream
-            && self.tuning.gemm_split == GemmSplit::Auto
-            && (self.tuning.wg_stream_blocks != 0
-                || wg_stream_gains(
+        // Fixed splits are the bit-identity tests' (wg64 as asked).
+        let stream = self.tuning.gemm_split == GemmSplit::Auto
+            && match self.tuning.wg_stream {
+                WgStream::Off => false,
+                WgStream::Always => true,
+                WgStream::Auto => wg_stream_gains(
                     tiles as usize,
                     shape.splits as usize,
                     sms,
                     stream_blocks as usize,
-                ));
+                ),
+            };
         let variant = match shape.variant {
             MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
             MMA_GEMM_NARROW if wg && stream => MMA_WG_STREAM,

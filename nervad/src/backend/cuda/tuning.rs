@@ -81,20 +81,32 @@ pub struct KernelTuning {
     /// 10–13% per 512- to 2,048-token prompt; on 64-token tiles it was no faster than `wg64`,
     /// so those stay on `wg64`.
     pub wg_tma: bool,
-    /// The wgmma GEMM's 64-token tiles (decode batches of 32–64) run persistent (`mma_*_wg64s`):
-    /// one block per SM (at most `wg_stream_blocks` where that is not 0), each taking an even
-    /// share of the launch's chains (whole tiles, then the leftover tiles' chains, merged in the
-    /// one order by the last to finish) through one pipeline from tile to tile; the same bits.
-    /// Only under `GemmSplit::Auto` (fixed splits keep `wg64`, for the bit-identity tests), and
-    /// only where `wg_stream_gains` (gate|up and q|k|v of the 8B at 64 tokens) unless the blocks
-    /// are capped. Off: measured (2026-11-26 fourteenth session, H200, qwen3-8b batch 64) each
-    /// such launch alone ran 6–10% faster (ncu at the card's clocks: gate|up 71.3 → 67.3 µs,
-    /// q|k|v 28.4 → 25.7), but whole decode steps did not follow (batch 32 7.126 → 7.101 ms,
-    /// 48 8.32 → 8.37, 64 8.60 → 8.65); on every launch (o and down too) they lost 5%.
-    pub wg_stream: bool,
-    /// Most blocks of a `wg64s` launch (0: one per SM); the bit-identity test sets a few so that
-    /// tiles are shared in odd places.
+    /// Whether the wgmma GEMM's 64-token tiles (decode batches of 32–64) run persistent
+    /// (`mma_*_wg64s`): one block per SM (at most `wg_stream_blocks` where that is not 0), each
+    /// taking an even share of the launch's chains (whole tiles, then the leftover tiles'
+    /// chains, merged in the one order by the last to finish) through one pipeline from tile to
+    /// tile; the same bits. Only under `GemmSplit::Auto` (fixed splits keep `wg64`, for the
+    /// bit-identity tests). Off: measured (2026-11-26 fourteenth session, H200, qwen3-8b batch
+    /// 64) each launch `Auto` picks (gate|up and q|k|v at 64 tokens) ran alone 6–10% faster (ncu
+    /// at the card's clocks: gate|up 71.3 → 67.3 µs, q|k|v 28.4 → 25.7), but whole decode steps
+    /// did not follow (batch 32 7.126 → 7.101 ms, 48 8.32 → 8.37, 64 8.60 → 8.65); `Always`
+    /// (o and down too) lost 5%.
+    pub wg_stream: WgStream,
+    /// Most blocks of a `wg64s` launch (0: one per SM): fewer than the SMs leave some free for
+    /// the next kernel's early blocks; the bit-identity test sets a few so that tiles are
+    /// shared in odd places.
     pub wg_stream_blocks: u32,
+}
+
+/// Which 64-token wgmma GEMM launches run persistent (`KernelTuning::wg_stream`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WgStream {
+    /// None: `wg64` runs them.
+    Off,
+    /// Those where it evens out the block waves (`wg_stream_gains`).
+    Auto,
+    /// Every one (the bit-identity tests).
+    Always,
 }
 
 /// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
@@ -144,7 +156,7 @@ impl Default for KernelTuning {
             wgmma: true,
             wg_specialized: false,
             wg_tma: true,
-            wg_stream: false,
+            wg_stream: WgStream::Off,
             wg_stream_blocks: 0,
         }
     }
@@ -172,7 +184,7 @@ impl KernelTuning {
             wgmma: false,
             wg_specialized: false,
             wg_tma: false,
-            wg_stream: false,
+            wg_stream: WgStream::Off,
             wg_stream_blocks: 0,
         }
     }
@@ -183,7 +195,7 @@ impl KernelTuning {
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
     /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`, `NERVA_WGMMA=1`,
-    /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=1` and
+    /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
     /// `NERVA_WG_STREAM_BLOCKS=<blocks>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
@@ -230,7 +242,16 @@ impl KernelTuning {
             wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),
             wg_specialized: var("NERVA_WG_SPECIALIZED").map_or(d.wg_specialized, |v| v != 0),
             wg_tma: var("NERVA_WG_TMA").map_or(d.wg_tma, |v| v != 0),
-            wg_stream: var("NERVA_WG_STREAM").map_or(d.wg_stream, |v| v != 0),
+            wg_stream: match var("NERVA_WG_STREAM") {
+                Some(0) => WgStream::Off,
+                Some(1) => WgStream::Auto,
+                Some(2) => WgStream::Always,
+                Some(n) => {
+                    tracing::warn!("NERVA_WG_STREAM={n} is not 0, 1 or 2: ignored");
+                    d.wg_stream
+                }
+                None => d.wg_stream,
+            },
             wg_stream_blocks: var("NERVA_WG_STREAM_BLOCKS")
                 .map_or(d.wg_stream_blocks, |v| v as u32),
         }

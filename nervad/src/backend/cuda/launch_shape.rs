@@ -2,7 +2,7 @@
 //! (`mma_launch`, `to_half_grid`), and the attention kernels' shapes and shared memory. Every
 //! constant here mirrors one in `kernels/` (named beside it); none changes a result's bits.
 
-use super::tuning::{GemmSplit, KernelTuning};
+use super::tuning::{GemmSplit, KernelTuning, WgStream};
 
 /// Query tokens' attention span is cut into this many partial blocks per kv head (fixed, so
 /// results never depend on the batch).
@@ -152,6 +152,27 @@ pub fn wg_stream_gains(tiles: usize, splits: usize, sms: usize, blocks: usize) -
     let per = tiles / blocks;
     let stream_cost = per * chains + ((tiles - per * blocks) * chains).div_ceil(blocks);
     stream_cost < split_cost
+}
+
+/// The blocks of a persistent (`wg64s`) launch of `tiles` 64-token tiles that `wg64` would run
+/// in `splits` blocks each, or None where `wg64` runs it: per `KernelTuning::wg_stream`, and
+/// never under fixed splits (the bit-identity tests' `wg64` as asked).
+pub fn wg_stream_launch(
+    tiles: usize,
+    splits: usize,
+    sms: usize,
+    tuning: &KernelTuning,
+) -> Option<u32> {
+    if tuning.gemm_split != GemmSplit::Auto {
+        return None;
+    }
+    let blocks = wg_stream_blocks(tiles, sms, tuning.wg_stream_blocks);
+    let on = match tuning.wg_stream {
+        WgStream::Off => false,
+        WgStream::Always => true,
+        WgStream::Auto => wg_stream_gains(tiles, splits, sms, blocks as usize),
+    };
+    on.then_some(blocks)
 }
 
 /// Dynamic shared memory of an `MMA_GEMM` launch: 160 KiB.
@@ -393,6 +414,26 @@ mod tests {
         };
         assert!(capped(192, 1));
         assert!(!capped(48, 4));
+        // The tuning's say: off by default, every launch when always, none under fixed splits.
+        let d = KernelTuning::default();
+        assert_eq!(wg_stream_launch(192, 1, SMS, &d), None);
+        let auto = KernelTuning {
+            wg_stream: WgStream::Auto,
+            ..d
+        };
+        assert_eq!(wg_stream_launch(192, 1, SMS, &auto), Some(132));
+        assert_eq!(wg_stream_launch(32, 4, SMS, &auto), None);
+        let always = KernelTuning {
+            wg_stream: WgStream::Always,
+            wg_stream_blocks: 3,
+            ..d
+        };
+        assert_eq!(wg_stream_launch(32, 4, SMS, &always), Some(3));
+        let fixed = KernelTuning {
+            gemm_split: GemmSplit::Fixed(4),
+            ..always
+        };
+        assert_eq!(wg_stream_launch(32, 4, SMS, &fixed), None);
     }
 
     #[test]

@@ -48,8 +48,7 @@ pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
     MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM,
     MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch, WG_STREAM_SHARED, gemm_splits, mma_gemm_shared,
-    mma_launch, mma_threads, mma_variant, to_half_grid, wg_gemm_shared, wg_stream_blocks,
-    wg_stream_gains,
+    mma_launch, mma_threads, mma_variant, to_half_grid, wg_gemm_shared, wg_stream_launch,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning, WgStream};
@@ -1732,24 +1731,16 @@ impl CudaBackend {
         // in its order.
         let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
         let wg = gemm && self.tuning.wgmma && p.k.is_multiple_of(64);
-        let sms = self.sms as usize;
         let tiles = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles;
-        let stream_blocks = wg_stream_blocks(tiles as usize, sms, self.tuning.wg_stream_blocks);
-        // Fixed splits are the bit-identity tests' (wg64 as asked).
-        let stream = self.tuning.gemm_split == GemmSplit::Auto
-            && match self.tuning.wg_stream {
-                WgStream::Off => false,
-                WgStream::Always => true,
-                WgStream::Auto => wg_stream_gains(
-                    tiles as usize,
-                    shape.splits as usize,
-                    sms,
-                    stream_blocks as usize,
-                ),
-            };
+        let stream_blocks = if wg && shape.variant == MMA_GEMM_NARROW {
+            let (t, s) = (tiles as usize, shape.splits as usize);
+            wg_stream_launch(t, s, self.sms as usize, &self.tuning)
+        } else {
+            None
+        };
         let variant = match shape.variant {
             MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
-            MMA_GEMM_NARROW if wg && stream => MMA_WG_STREAM,
+            MMA_GEMM_NARROW if stream_blocks.is_some() => MMA_WG_STREAM,
             MMA_GEMM if wg && self.tuning.wg_specialized => MMA_WGS,
             v if wg => MMA_WG + (v - MMA_GEMM),
             v => v,
@@ -1762,11 +1753,7 @@ impl CudaBackend {
         let mut a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
         a.token_tiles = shape.token_tiles as i32;
         let splits = shape.splits as i32;
-        let blocks = if variant == MMA_WG_STREAM {
-            stream_blocks
-        } else {
-            tiles * shape.splits
-        };
+        let blocks = stream_blocks.unwrap_or(tiles * shape.splits);
         let maps = GemmMaps::for_variant(variant, p.w.ptr, p.r, p.k, xh, t)?;
         let args = a.args(Some(&xh));
         let args = if gemm {

@@ -2,12 +2,14 @@
 //!
 //! ```text
 //! cargo bench -p nervad --bench gpu_decode -- --model DIR [--preset qwen3-8b] [--prompt 128]
-//!     [--tokens 256] [--batch 1,8]
+//!     [--tokens 256] [--batch 1,8] [--mixed 64:960] [--prefill 128,1024]
 //! ```
 //! Prints (a) the device's streaming read bandwidth (16-byte loads over a large buffer, median
 //! of 20 passes), (b) per batch size, the whole engine decoding: ms/step p50/p99, tok/s, weight
 //! bytes read per step, achieved GB/s and its share of (a), launches, graph nodes and syncs per
-//! step. Without a CUDA device it says so and exits 0.
+//! step, (c) per `--mixed` entry, steps that carry a prompt chunk beside decode tokens, (d) per
+//! `--prefill` length, one prompt's time to its first token. Without a CUDA device it says so
+//! and exits 0.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -55,6 +57,11 @@ struct Args {
     /// --max-step-tokens; at least the largest batch).
     #[arg(long, default_value_t = 256)]
     max_step_tokens: usize,
+    /// Mixed steps to time, comma separated DECODERS:CHUNK pairs (e.g. 64:960): while DECODERS
+    /// sequences decode, a CHUNK-token prompt arrives and rides in one step with their decode
+    /// tokens (--max-step-tokens must hold both).
+    #[arg(long, default_value = "")]
+    mixed: String,
     /// Prefill projections through cuBLAS instead of the decode kernels (implied by
     /// --projections gemv|mixed).
     #[arg(long)]
@@ -113,6 +120,114 @@ fn delta(a: BackendStats, b: BackendStats) -> BackendStats {
     }
 }
 
+/// Submit a greedy request of `prompt` for `max_tokens` tokens (eos ignored) from client slot
+/// `slot`.
+fn submit(engine: &mut Engine, slot: u32, tag: u64, prompt: Vec<u32>, max_tokens: usize) {
+    engine
+        .submit(GenerateRequest {
+            key: RequestKey {
+                client: ClientId {
+                    slot,
+                    generation: 0,
+                },
+                tag,
+            },
+            prompt: Prompt::Tokens(prompt),
+            sampling: SamplingParams::default(),
+            max_tokens: max_tokens as u32,
+            stop: StopConditions {
+                ignore_eos: true,
+                ..StopConditions::default()
+            },
+            n_samples: 1,
+            priority: 0,
+            received_at: Instant::now(),
+        })
+        .expect("submit");
+}
+
+/// A pseudo-random prompt of `n` tokens below `vocab`, distinct per `salt` (prompts that share
+/// a whole page would reuse KV pages through the prefix cache).
+fn prompt_of(n: usize, salt: u32, vocab: u32) -> Vec<u32> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2_246_822_519).wrapping_add(salt) >> 9) % vocab)
+        .collect()
+}
+
+/// One `--mixed` entry: `n` sequences decode (after `prompt`-token prompts and 8 warm-up steps)
+/// while six `chunk`-token prompts arrive one after another, each riding in one step with their
+/// decode tokens. Prints the decode-only step's GPU time, the prompts' time to the first token
+/// and the mixed step's GPU time (the GPU time from submission to the first token less the
+/// decode-only steps in it).
+fn mixed_steps(
+    engine: &mut Engine,
+    tag: &mut u64,
+    n: usize,
+    chunk: usize,
+    prompt: usize,
+    vocab: u32,
+    json: bool,
+) {
+    const RUNS: usize = 6;
+    for c in 0..n {
+        *tag += 1;
+        let salt = (c as u32).wrapping_mul(7_919).wrapping_add(1);
+        submit(
+            engine,
+            c as u32,
+            *tag,
+            prompt_of(prompt, salt, vocab),
+            8 + 16 * RUNS,
+        );
+    }
+    let mut sink = Tally::default();
+    let tags = *tag + 1 - n as u64..=*tag;
+    while !sink.all_have(tags.clone(), 8) {
+        assert!(engine.step(&mut sink), "the requests ended during warm-up");
+    }
+    let before = engine.backend_stats();
+    for _ in 0..8 {
+        engine.step(&mut sink);
+    }
+    let d = delta(before, engine.backend_stats());
+    let decode_ms = d.gpu_ms / d.steps.max(1) as f64;
+    let (mut ttft, mut step_ms) = (Vec::new(), Vec::new());
+    for run in 0..RUNS {
+        *tag += 1;
+        let at = *tag;
+        let salt = (chunk as u32)
+            .wrapping_mul(65_537)
+            .wrapping_add(run as u32 * 131 + 7);
+        let before = engine.backend_stats();
+        let t0 = Instant::now();
+        submit(engine, n as u32, at, prompt_of(chunk, salt, vocab), 1);
+        while !sink.per_tag.contains_key(&at) {
+            assert!(engine.step(&mut sink), "the requests ended early");
+        }
+        ttft.push(t0.elapsed());
+        let d = delta(before, engine.backend_stats());
+        step_ms.push(d.gpu_ms - d.steps.saturating_sub(1) as f64 * decode_ms);
+    }
+    while engine.step(&mut sink) {}
+    ttft.sort();
+    step_ms.sort_by(f64::total_cmp);
+    let ms = pct(&ttft, 0.5);
+    let mixed_ms = step_ms[RUNS / 2];
+    println!();
+    println!(
+        "mixed steps: {n} decoding + a {chunk}-token prompt: decode-only step {decode_ms:.3} GPU \
+         ms; the prompt's first token after {ms:.2} ms (p50 of {RUNS}); mixed step ~{mixed_ms:.3} \
+         GPU ms (median)"
+    );
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"mixed_decoders": n, "mixed_chunk": chunk,
+                "decode_gpu_ms": decode_ms, "ttft_ms_p50": ms, "mixed_gpu_ms": mixed_ms})
+        );
+    }
+}
+
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i].as_secs_f64() * 1e3
@@ -139,7 +254,22 @@ fn main() {
         .split(',')
         .map(|b| b.trim().parse().expect("--batch: numbers"))
         .collect();
-    let max_batch = *batches.iter().max().expect("--batch: at least one");
+    let mixed: Vec<(usize, usize)> = args
+        .mixed
+        .split(',')
+        .filter(|m| !m.trim().is_empty())
+        .map(|m| {
+            let (d, c) = m.split_once(':').expect("--mixed: DECODERS:CHUNK");
+            let num = |x: &str| x.trim().parse::<usize>().expect("--mixed: numbers");
+            (num(d), num(c))
+        })
+        .collect();
+    let max_batch = batches
+        .iter()
+        .copied()
+        .chain(mixed.iter().map(|&(d, _)| d + 1))
+        .max()
+        .expect("--batch: at least one");
     let load = LoadOptions {
         prefault: true,
         progress: false,
@@ -217,27 +347,7 @@ fn main() {
             let prompt: Vec<u32> = (0..args.prompt as u32)
                 .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(c as u32 * 97) >> 7) % vocab)
                 .collect();
-            engine
-                .submit(GenerateRequest {
-                    key: RequestKey {
-                        client: ClientId {
-                            slot: c as u32,
-                            generation: 0,
-                        },
-                        tag,
-                    },
-                    prompt: Prompt::Tokens(prompt),
-                    sampling: SamplingParams::default(),
-                    max_tokens: (args.tokens + 16) as u32,
-                    stop: StopConditions {
-                        ignore_eos: true,
-                        ..StopConditions::default()
-                    },
-                    n_samples: 1,
-                    priority: 0,
-                    received_at: Instant::now(),
-                })
-                .expect("submit");
+            submit(&mut engine, c as u32, tag, prompt, args.tokens + 16);
         }
         let mut sink = Tally::default();
         // Prefill (one step per 256 prompt tokens of every sequence) and 8 decode warm-up steps
@@ -297,6 +407,17 @@ fn main() {
             );
         }
     }
+    for &(n, chunk) in &mixed {
+        mixed_steps(
+            &mut engine,
+            &mut tag,
+            n,
+            chunk,
+            args.prompt,
+            vocab,
+            args.json,
+        );
+    }
     if prefills.is_empty() {
         return;
     }
@@ -319,32 +440,9 @@ fn main() {
             // Distinct per length and run: a prompt sharing a whole page with an earlier one
             // would reuse its KV pages from the prefix cache and time only the rest.
             let salt = (p as u32).wrapping_mul(40_503).wrapping_add(run * 31);
-            let prompt: Vec<u32> = (0..p as u32)
-                .map(|i| (i.wrapping_mul(2_246_822_519).wrapping_add(salt) >> 9) % vocab)
-                .collect();
             let mut sink = Tally::default();
             let t0 = Instant::now();
-            engine
-                .submit(GenerateRequest {
-                    key: RequestKey {
-                        client: ClientId {
-                            slot: 0,
-                            generation: 0,
-                        },
-                        tag,
-                    },
-                    prompt: Prompt::Tokens(prompt),
-                    sampling: SamplingParams::default(),
-                    max_tokens: 1,
-                    stop: StopConditions {
-                        ignore_eos: true,
-                        ..StopConditions::default()
-                    },
-                    n_samples: 1,
-                    priority: 0,
-                    received_at: t0,
-                })
-                .expect("submit");
+            submit(&mut engine, 0, tag, prompt_of(p, salt, vocab), 1);
             steps = 0;
             loop {
                 let more = engine.step(&mut sink);

@@ -402,9 +402,10 @@ fn prefill_and_fused_decode_give_identical_bits() {
 /// cluster decode attention, the fixed-order GEMM on mma.sync and on wgmma) give the same bits
 /// as the default kernels. Twenty sequences, one
 /// of them past 16 attention tiles (so some splits hold two), are prefilled and then decoded in
-/// steps of 20, 5 and 1 sequences (the split, prepared and one-token paths) by backends with
-/// the variants on and by one with none; every logit of every decode step must match bit for
-/// bit (and the prompts' KV, written by the variants' prefill launches, feeds those logits).
+/// steps of 20, 5 and 1 sequences (the split, prepared and one-token paths; the 5 and the 1
+/// beside a chunk of another prompt: mixed steps) by backends with the variants on and by one
+/// with none; every logit of every step must match bit for bit (and the prompts' KV, written
+/// by the variants' prefill launches, feeds those logits).
 #[test]
 fn kernel_variants_give_identical_bits() {
     use nervad::backend::cuda::{CudaBackend, GemmSplit, KernelTuning, WgStream};
@@ -424,6 +425,10 @@ fn kernel_variants_give_identical_bits() {
         .collect();
     // Sequences in each decode step: all, the first five, all, the first five, one, all.
     let steps = [SEQS, 5, SEQS, 5, 1, SEQS];
+    // Steps 1 and 4 also carry a chunk of one more sequence's prompt (ahead of the decode
+    // entries in the batch), so that they mix decode tokens with prompt rows.
+    const CHUNKS: [(usize, std::ops::Range<usize>); 2] = [(1, 0..70), (4, 70..130)];
+    let extra_len = CHUNKS[1].1.end;
     for &preset in &presets {
         let dir = checkpoint(preset);
         let model = LoadedModel::load(&dir).expect("load");
@@ -447,8 +452,11 @@ fn kernel_variants_give_identical_bits() {
                     .collect()
             })
             .collect();
-        let tables: Vec<Vec<u32>> = (0..SEQS as u32)
+        let tables: Vec<Vec<u32>> = (0..=SEQS as u32)
             .map(|s| (s * PAGES..(s + 1) * PAGES).collect())
+            .collect();
+        let extra: Vec<u32> = (0..extra_len as u32)
+            .map(|i| (3 + 19 * i) % vocab as u32)
             .collect();
         let params = SamplingParams::default();
         let run = |tuning: KernelTuning| -> Vec<f32> {
@@ -471,22 +479,32 @@ fn kernel_variants_give_identical_bits() {
                 };
                 b.step(&[step], &mut out).unwrap();
             }
+            b.start_sequence(SEQS as u32, &params, SEQS as u64, &extra)
+                .unwrap();
             let mut pos = lengths.clone();
             for (k, &n) in steps.iter().enumerate() {
                 let toks: Vec<u32> = (0..n as u32)
                     .map(|s| (17 + 7 * k as u32 + 3 * s) % vocab as u32)
                     .collect();
-                let batch: Vec<SeqStep<'_>> = (0..n)
-                    .map(|s| SeqStep {
-                        slot: s as u32,
-                        tokens: &toks[s..s + 1],
-                        start_pos: pos[s] as u32,
-                        block_table: &tables[s],
-                        sample: false,
-                        want_logits: true,
-                        from_last_sample: false,
-                    })
-                    .collect();
+                let chunk = CHUNKS.iter().find(|c| c.0 == k).map(|(_, r)| SeqStep {
+                    slot: SEQS as u32,
+                    tokens: &extra[r.clone()],
+                    start_pos: r.start as u32,
+                    block_table: &tables[SEQS],
+                    sample: false,
+                    want_logits: true,
+                    from_last_sample: false,
+                });
+                let decodes = (0..n).map(|s| SeqStep {
+                    slot: s as u32,
+                    tokens: &toks[s..s + 1],
+                    start_pos: pos[s] as u32,
+                    block_table: &tables[s],
+                    sample: false,
+                    want_logits: true,
+                    from_last_sample: false,
+                });
+                let batch: Vec<SeqStep<'_>> = chunk.into_iter().chain(decodes).collect();
                 b.step(&batch, &mut out).unwrap();
                 logits.extend_from_slice(&out.logits);
                 for p in &mut pos[..n] {
@@ -498,7 +516,10 @@ fn kernel_variants_give_identical_bits() {
         // The baseline (row-major weights, every variant off) against the defaults and against
         // every variant on, over both weight layouts.
         let plain = run(KernelTuning::baseline());
-        assert_eq!(plain.len(), steps.iter().sum::<usize>() * vocab);
+        assert_eq!(
+            plain.len(),
+            (steps.iter().sum::<usize>() + extra_len) * vocab
+        );
         let variants = [
             (
                 "the default variants (tiled weights)",
@@ -666,6 +687,21 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "the default variants, mixed steps' prompt rows through attn_split and their \
+                 decode tokens through the default decode attention",
+                KernelTuning {
+                    prefill_attention: false,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "the default variants, mixed steps' decode tokens through attn_prefill",
+                KernelTuning {
+                    mixed_decode_attention: false,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
                 "row-major weights + prepared inputs + token-split projections + cluster attention",
                 KernelTuning {
                     prepared_from: 3,
@@ -690,7 +726,7 @@ fn kernel_variants_give_identical_bits() {
             }
             println!(
                 "{preset:?}: {name} bit-identical to the baseline (decode steps of {steps:?} \
-                 sequences, spans up to {})",
+                 sequences, two of them with a prompt chunk, spans up to {})",
                 lengths[0] + steps.len()
             );
         }

@@ -255,6 +255,9 @@ struct MetaLayout {
     token_seq: usize,
     seq_slot: usize,
     counts: usize,
+    /// The counts of a mixed step's prompt rows seen on their own (`meta_from`): [0] the
+    /// tokens past the step's decode tokens.
+    chunk_counts: usize,
     lrow_token: usize,
     lrow_seq: usize,
     lrow_sample: usize,
@@ -275,6 +278,7 @@ impl MetaLayout {
         let token_seq = take(tokens);
         let seq_slot = take(seqs);
         let counts = take(4);
+        let chunk_counts = take(4);
         let lrow_token = take(tokens);
         let lrow_seq = take(tokens);
         let lrow_sample = take(tokens);
@@ -285,6 +289,7 @@ impl MetaLayout {
             token_seq,
             seq_slot,
             counts,
+            chunk_counts,
             lrow_token,
             lrow_seq,
             lrow_sample,
@@ -1645,6 +1650,27 @@ impl CudaBackend {
         }
     }
 
+    /// The step's metadata as seen from token row `off` on (0: `meta_arg`), for kernels that
+    /// serve only a mixed step's prompt rows: the per-token arrays start at row `off`, and the
+    /// token count is that of the rows past it (`chunk_counts`). Per-sequence and logit-row
+    /// arrays stay whole (the attention kernels index sequences only through `token_slot`).
+    fn meta_from(&self, off: usize) -> StepMetaArg {
+        if off == 0 {
+            return self.meta_arg();
+        }
+        let b = self.bufs.meta;
+        let m = self.meta;
+        let row = |at: usize| b.at(at + off * 4);
+        StepMetaArg {
+            token: row(m.token),
+            position: row(m.position),
+            token_seq: row(m.token_seq),
+            counts: b.at(m.chunk_counts),
+            token_slot: row(m.token_slot),
+            ..self.meta_arg()
+        }
+    }
+
     /// Projection `p` of `t` tokens through the configured decode-projection kernels.
     fn token_proj(&mut self, p: &Proj, t: usize) -> Result<(), BackendError> {
         let ks = self.k;
@@ -1880,10 +1906,9 @@ impl CudaBackend {
     }
 
     /// Enqueue the forward pass of `t` tokens through the last hidden state (no LM head). The
-    /// first `singles` tokens are their sequences' only ones (decode); when all are, attention
-    /// runs as the single fused kernel.
+    /// first `singles` tokens are their sequences' only ones (decode); attention runs them
+    /// through the fused decode kernels (`enqueue_attention`).
     fn enqueue_layers(&mut self, t: usize, singles: usize) -> Result<(), BackendError> {
-        let one_per_seq = singles == t;
         let c = self.config.clone();
         let (h, qd, kvd, inter) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.intermediate_size);
         let meta = self.meta_arg();
@@ -1932,7 +1957,7 @@ impl CudaBackend {
                 t,
                 singles,
             )?;
-            self.enqueue_attention(li, t, one_per_seq)?;
+            self.enqueue_attention(li, t, singles)?;
             self.project(
                 Proj {
                     input: Input::PlainAdd,
@@ -2001,14 +2026,156 @@ impl CudaBackend {
     }
 
     /// Layer `li`'s attention for `t` tokens, from the q|k|v projection in `qkv` to the heads'
-    /// outputs in `attn`: the fused attn_decode when each token is its sequence's only one,
-    /// else rope_append (every key and value of the step in the pool first), attn_split and
-    /// attn_combine. Both give the same bits.
+    /// outputs in `attn`, the first `singles` of them their sequences' only ones (decode). A
+    /// decode-only step runs the fused decode kernels; a step with prompt rows runs its decode
+    /// rows through them too (`KernelTuning::mixed_decode_attention`) and its prompt rows
+    /// through rope_append (every key and value of those rows in the pool first), attn_prefill
+    /// (or attn_split) and attn_combine. Every way gives the same bits.
     fn enqueue_attention(
         &mut self,
         li: usize,
         t: usize,
-        one_per_seq: bool,
+        singles: usize,
+    ) -> Result<(), BackendError> {
+        if singles == t {
+            return self.enqueue_decode_attention(li, t, true);
+        }
+        // In attn_prefill a block takes many tokens and walks each sequence's tiles in turn:
+        // a block of decode tokens of different sequences would walk them one after another.
+        let off = if singles > 0 && self.tuning.mixed_decode_attention {
+            self.enqueue_decode_attention(li, singles, false)?;
+            singles
+        } else {
+            0
+        };
+        self.enqueue_prompt_attention(li, off, t - off)
+    }
+
+    /// The fused decode attention of token rows `0..t`, each its sequence's only token: one
+    /// launch rotates the queries, writes the new key and value to the pool and attends
+    /// (`prefetch`: it may ask L2 for the layer's next weights, as decode-only steps do).
+    fn enqueue_decode_attention(
+        &mut self,
+        li: usize,
+        t: usize,
+        prefetch: bool,
+    ) -> Result<(), BackendError> {
+        let c = &self.config;
+        let (heads, kv_heads, hd) = (
+            c.num_attention_heads as i32,
+            c.num_key_value_heads as i32,
+            c.head_dim as i32,
+        );
+        let eps = c.rms_norm_eps as f32;
+        let window = c.sliding_window.unwrap_or(0) as i32;
+        let scale = 1.0f32 / (c.head_dim as f32).sqrt();
+        let meta = self.meta_arg();
+        let b = self.bufs;
+        let l = self.layers[li];
+        let geo = self.geometry(li);
+        // Past `serial_attention_from` tokens one block per (token, kv head) computes every
+        // split; else ATTN_SPLITS blocks, merged through shared memory in a cluster or by
+        // the last to finish. The same bits every way (KernelTuning).
+        let serial = self.tuning.serial_attention_from.is_some_and(|n| t >= n);
+        // Serial launches of at least `serial_pairs_per_sm` blocks per SM run in blocks of 4
+        // warps, two per SM; fewer blocks would leave SMs idle with half the warps each.
+        let blocks = t * kv_heads as usize;
+        let pair = serial
+            && (self.tuning.serial_pairs_per_sm).is_some_and(|n| blocks >= n * self.sms as usize);
+        let cluster = !serial && self.tuning.cluster_attention;
+        let (kernel, splits) = if pair {
+            (self.k.attn_decode_serial_pair, 1)
+        } else if serial {
+            (self.k.attn_decode_serial, 1)
+        } else if cluster {
+            (self.k.attn_decode_cluster, ATTN_SPLITS)
+        } else {
+            (self.k.attn_decode, ATTN_SPLITS)
+        };
+        let args = Args::new()
+            .arg(&meta)
+            .arg(&b.qkv.ptr)
+            .arg(&b.kv.ptr)
+            .arg(&b.tables.ptr)
+            .arg(&geo)
+            .arg(&heads)
+            .arg(&kv_heads)
+            .arg(&hd)
+            .arg(&window)
+            .arg(&scale)
+            .arg(&l.q_norm.ptr)
+            .arg(&l.k_norm.ptr)
+            .arg(&eps)
+            .arg(&b.cos.ptr)
+            .arg(&b.sin.ptr);
+        let args = if cluster {
+            args
+        } else {
+            args.arg(&b.part_o.ptr).arg(&b.part_ml.ptr)
+        };
+        let args = if serial || cluster {
+            args
+        } else {
+            args.arg(&b.attn_done.ptr)
+        };
+        // What the layer reads next, asked into L2 while attention leaves HBM idle.
+        let pf = if prefetch
+            && self.tuning.l2_prefetch_bytes > 0
+            && t <= self.tuning.l2_prefetch_until
+        {
+            let next = match self.layers.get(li + 1) {
+                Some(n) => n.qkv,
+                None => b.lm_head,
+            };
+            L2PrefetchArg::first_bytes(
+                [l.o, l.gate_up, l.down, next],
+                self.tuning.l2_prefetch_bytes,
+            )
+        } else {
+            L2PrefetchArg::default()
+        };
+        let args = args.arg(&b.attn.ptr).arg(&pf);
+        let args = if serial {
+            args.arg(&self.kv_map).arg(&self.kv_tma)
+        } else {
+            args
+        };
+        let grid = (t as u32, kv_heads as u32, splits);
+        // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
+        // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
+        // const float* q_norm, const float* k_norm, float eps, const float* cos,
+        // const float* sin, float* part_o, float* part_ml, int* done, float* out,
+        // L2Prefetch pf); attn_decode_serial_* the same without `done` and with the KV
+        // pool's tensor map (by value, encoded over the whole pool) and its flag after pf,
+        // attn_decode_cluster_* without part_o, part_ml and done (launched in clusters of
+        // the ATTN_SPLITS blocks of a token and kv head, which grid z spans exactly): as
+        // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters
+        // (zero between launches); out holds max_step_tokens × q_dim floats; pf holds
+        // ranges of live weight buffers (a prefetch reads nothing into the kernel).
+        unsafe {
+            if cluster {
+                let dims = (1, 1, ATTN_SPLITS);
+                self.gpu
+                    .launch_clustered(kernel, grid, ATTN_THREADS, dims, args)
+            } else if pair {
+                self.gpu
+                    .launch(kernel, grid, ATTN_SERIAL_PAIR_THREADS, args)
+            } else {
+                self.gpu.launch(kernel, grid, ATTN_THREADS, args)
+            }
+        }
+    }
+
+    /// The attention of token rows `off..off + t`, each one of a prompt chunk's: rope_append
+    /// writes every key and value of those rows to the pool first (a prompt token attends to
+    /// its chunk's earlier ones), attn_prefill (or attn_split) computes the split partials and
+    /// attn_combine merges them. The kernels see the rows from `off` on as a step of their own
+    /// (`meta_from`).
+    fn enqueue_prompt_attention(
+        &mut self,
+        li: usize,
+        off: usize,
+        t: usize,
     ) -> Result<(), BackendError> {
         let c = &self.config;
         let (heads, kv_heads, hd) = (
@@ -2021,101 +2188,12 @@ impl CudaBackend {
         let scale = 1.0f32 / (c.head_dim as f32).sqrt();
         // One warp per head (q, k and v heads) in a single pass where 1024 threads allow.
         let rope_threads = (32 * (heads + 2 * kv_heads)).min(1024) as u32;
-        let meta = self.meta_arg();
+        let meta = self.meta_from(off);
         let b = self.bufs;
         let l = self.layers[li];
         let geo = self.geometry(li);
-        if one_per_seq {
-            // Past `serial_attention_from` tokens one block per (token, kv head) computes every
-            // split; else ATTN_SPLITS blocks, merged through shared memory in a cluster or by
-            // the last to finish. The same bits every way (KernelTuning).
-            let serial = self.tuning.serial_attention_from.is_some_and(|n| t >= n);
-            // Serial launches of at least `serial_pairs_per_sm` blocks per SM run in blocks of 4
-            // warps, two per SM; fewer blocks would leave SMs idle with half the warps each.
-            let blocks = t * kv_heads as usize;
-            let pair = serial
-                && (self.tuning.serial_pairs_per_sm)
-                    .is_some_and(|n| blocks >= n * self.sms as usize);
-            let cluster = !serial && self.tuning.cluster_attention;
-            let (kernel, splits) = if pair {
-                (self.k.attn_decode_serial_pair, 1)
-            } else if serial {
-                (self.k.attn_decode_serial, 1)
-            } else if cluster {
-                (self.k.attn_decode_cluster, ATTN_SPLITS)
-            } else {
-                (self.k.attn_decode, ATTN_SPLITS)
-            };
-            let args = Args::new()
-                .arg(&meta)
-                .arg(&b.qkv.ptr)
-                .arg(&b.kv.ptr)
-                .arg(&b.tables.ptr)
-                .arg(&geo)
-                .arg(&heads)
-                .arg(&kv_heads)
-                .arg(&hd)
-                .arg(&window)
-                .arg(&scale)
-                .arg(&l.q_norm.ptr)
-                .arg(&l.k_norm.ptr)
-                .arg(&eps)
-                .arg(&b.cos.ptr)
-                .arg(&b.sin.ptr);
-            let args = if cluster {
-                args
-            } else {
-                args.arg(&b.part_o.ptr).arg(&b.part_ml.ptr)
-            };
-            let args = if serial || cluster {
-                args
-            } else {
-                args.arg(&b.attn_done.ptr)
-            };
-            // What the layer reads next, asked into L2 while attention leaves HBM idle.
-            let pf = if self.tuning.l2_prefetch_bytes > 0 && t <= self.tuning.l2_prefetch_until {
-                let next = match self.layers.get(li + 1) {
-                    Some(n) => n.qkv,
-                    None => b.lm_head,
-                };
-                L2PrefetchArg::first_bytes(
-                    [l.o, l.gate_up, l.down, next],
-                    self.tuning.l2_prefetch_bytes,
-                )
-            } else {
-                L2PrefetchArg::default()
-            };
-            let args = args.arg(&b.attn.ptr).arg(&pf);
-            let args = if serial {
-                args.arg(&self.kv_map).arg(&self.kv_tma)
-            } else {
-                args
-            };
-            let grid = (t as u32, kv_heads as u32, splits);
-            // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
-            // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
-            // const float* q_norm, const float* k_norm, float eps, const float* cos,
-            // const float* sin, float* part_o, float* part_ml, int* done, float* out,
-            // L2Prefetch pf); attn_decode_serial_* the same without `done` and with the KV
-            // pool's tensor map (by value, encoded over the whole pool) and its flag after pf,
-            // attn_decode_cluster_* without part_o, part_ml and done (launched in clusters of
-            // the ATTN_SPLITS blocks of a token and kv head, which grid z spans exactly): as
-            // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters
-            // (zero between launches); out holds max_step_tokens × q_dim floats; pf holds
-            // ranges of live weight buffers (a prefetch reads nothing into the kernel).
-            return unsafe {
-                if cluster {
-                    let dims = (1, 1, ATTN_SPLITS);
-                    self.gpu
-                        .launch_clustered(kernel, grid, ATTN_THREADS, dims, args)
-                } else if pair {
-                    self.gpu
-                        .launch(kernel, grid, ATTN_SERIAL_PAIR_THREADS, args)
-                } else {
-                    self.gpu.launch(kernel, grid, ATTN_THREADS, args)
-                }
-            };
-        }
+        let qkv = b.qkv.at(off * (c.q_dim() + 2 * c.kv_dim()) * 4);
+        let attn = b.attn.at(off * c.q_dim() * 4);
         // SAFETY: rope_append_*(StepMeta, const float* qkv, float* q_out, KV* kv,
         // const int* tables, KvGeometry, int heads, int kv_heads, int head_dim,
         // const float* q_norm, const float* k_norm, float eps, const float* cos,
@@ -2128,7 +2206,7 @@ impl CudaBackend {
                 rope_threads,
                 Args::new()
                     .arg(&meta)
-                    .arg(&b.qkv.ptr)
+                    .arg(&qkv)
                     .arg(&b.q.ptr)
                     .arg(&b.kv.ptr)
                     .arg(&b.tables.ptr)
@@ -2195,7 +2273,7 @@ impl CudaBackend {
                     .arg(&kv_heads)
                     .arg(&hd)
                     .arg(&window)
-                    .arg(&b.attn.ptr),
+                    .arg(&attn),
             )
         }?;
         Ok(())
@@ -2431,6 +2509,7 @@ impl CudaBackend {
         put_u32(buf, m.counts, 0, t as u32);
         put_u32(buf, m.counts, 1, batch.len() as u32);
         put_u32(buf, m.counts, 2, rows as u32);
+        put_u32(buf, m.chunk_counts, 0, (t - singles) as u32);
         (t, rows, want, singles)
     }
 }

@@ -63,6 +63,12 @@ pub struct KernelTuning {
     /// sequence share each KV tile) instead of one block per token (`attn_split`); head dims 64
     /// and 128.
     pub prefill_attention: bool,
+    /// In steps that mix decode tokens with prompt chunks, the decode tokens' attention runs
+    /// through the decode kernels (as in decode-only steps) and only the prompt rows through
+    /// rope_append, attn_prefill and attn_combine. Off, attn_prefill takes every row, and its
+    /// blocks of decode tokens (one sequence each) walk their sequences' tiles one sequence
+    /// after another.
+    pub mixed_decode_attention: bool,
     /// The fixed-order GEMM runs on Hopper's warpgroup MMA (`mma_*_wg`, `mma_*_wg64`, sm_90a:
     /// the same tiles, chains and bits, the tensor-core work issued asynchronously) where the
     /// device is compute capability 9.0 and K is a multiple of 64; elsewhere the mma.sync GEMM.
@@ -153,6 +159,7 @@ impl Default for KernelTuning {
             gemm_split: GemmSplit::Auto,
             gemm_min_k: 4096,
             prefill_attention: true,
+            mixed_decode_attention: true,
             wgmma: true,
             wg_specialized: false,
             wg_tma: true,
@@ -181,6 +188,7 @@ impl KernelTuning {
             gemm_split: GemmSplit::Fixed(1),
             gemm_min_k: 0,
             prefill_attention: false,
+            mixed_decode_attention: false,
             wgmma: false,
             wg_specialized: false,
             wg_tma: false,
@@ -194,7 +202,8 @@ impl KernelTuning {
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
-    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`, `NERVA_WGMMA=1`,
+    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`, `NERVA_ATTN_MIXED=1`,
+    /// `NERVA_WGMMA=1`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
     /// `NERVA_WG_STREAM_BLOCKS=<blocks>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
@@ -239,6 +248,8 @@ impl KernelTuning {
             },
             gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
+            mixed_decode_attention: var("NERVA_ATTN_MIXED")
+                .map_or(d.mixed_decode_attention, |v| v != 0),
             wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),
             wg_specialized: var("NERVA_WG_SPECIALIZED").map_or(d.wg_specialized, |v| v != 0),
             wg_tma: var("NERVA_WG_TMA").map_or(d.wg_tma, |v| v != 0),

@@ -283,7 +283,10 @@ fn main() {
         .filter(|p| !p.trim().is_empty())
         .map(|p| p.trim().parse().expect("--prefill: numbers"))
         .collect();
-    let longest = prefills.iter().copied().max().unwrap_or(0);
+    let longest = (prefills.iter().copied())
+        .chain(mixed.iter().map(|&(_, c)| c))
+        .max()
+        .unwrap_or(0);
     let context = (args.prompt + args.tokens).max(longest) + 16;
     let options = EngineOptions {
         max_batch,

@@ -11,7 +11,9 @@
 //! - tok/s: tokens that arrived inside the window, over its length;
 //! - inter-token latency (ITL): the gaps between consecutive tokens of one request whose later
 //!   token arrived inside the window;
-//! - TTFT: the requests submitted inside the window, first token − submission;
+//! - TTFT: the requests submitted inside the window, first token − submission; of that, the
+//!   daemon's own view from its `Done` timings: queue (received → first scheduled) and its TTFT
+//!   (received → first token sampled), so that the rest is the trip through the rings;
 //! - the step roofline: a decode step of B = min(S, max_batch) sequences reads the weights once
 //!   and each sequence's KV once, so at the device's read bandwidth it takes
 //!   (weight_bytes + B × mean_context × kv_bytes_per_token) / bandwidth and yields B tokens.
@@ -87,6 +89,10 @@ pub struct RequestRecord {
     pub done_ns: u64,
     /// It ended with an `Error` event.
     pub error: bool,
+    /// The daemon's timings (its `Done` event): received → first scheduled, and received →
+    /// first token, in microseconds.
+    pub queue_us: u64,
+    pub daemon_ttft_us: u64,
 }
 
 impl RequestRecord {
@@ -100,7 +106,8 @@ impl RequestRecord {
         json!({
             "stream": self.stream, "index": self.index, "submit_ns": self.submit_ns,
             "done_ns": self.done_ns, "error": self.error, "measured": self.measured,
-            "arrival_offsets_ns": offsets,
+            "arrival_offsets_ns": offsets, "queue_us": self.queue_us,
+            "daemon_ttft_us": self.daemon_ttft_us,
         })
     }
 
@@ -119,6 +126,8 @@ impl RequestRecord {
                 .collect::<Option<Vec<u64>>>()?,
             done_ns: num("done_ns")?,
             error: v["error"].as_bool()?,
+            queue_us: num("queue_us").unwrap_or(0),
+            daemon_ttft_us: num("daemon_ttft_us").unwrap_or(0),
         })
     }
 }
@@ -264,7 +273,13 @@ pub fn worker(socket: Option<&Path>, a: &WorkerArgs) -> Result<(), Error> {
                     return;
                 }
                 // One sample per request: its Done ends the request.
-                EventRef::Done { tag, .. } => (tag, false),
+                EventRef::Done { tag, timings, .. } => {
+                    if let Some(&(_, r)) = by_tag.get(&tag) {
+                        records[r].queue_us = timings.queue.as_micros() as u64;
+                        records[r].daemon_ttft_us = timings.time_to_first_token.as_micros() as u64;
+                    }
+                    (tag, false)
+                }
                 EventRef::Error { tag, .. } => (tag, true),
                 _ => return,
             };
@@ -355,7 +370,8 @@ pub fn level_figures(
         "measured_requests": measured,
         "window_s": null, "window_requests": null, "window_tokens": null,
         "tokens_per_s": null, "itl_p50_us": null, "itl_p99_us": null,
-        "ttft_p50_us": null, "ttft_p99_us": null, "mean_context": null,
+        "ttft_p50_us": null, "ttft_p99_us": null, "queue_p50_us": null,
+        "queue_p99_us": null, "daemon_ttft_p50_us": null, "mean_context": null,
         "roofline_step_us": null, "roofline_tokens_per_s": null,
         "roofline_pct": null, "itl_p50_pct": null, "itl_p99_pct": null,
     });
@@ -366,6 +382,7 @@ pub fn level_figures(
     let (mut tokens, mut context) = (0u64, 0u64);
     let mut itl = Vec::new();
     let mut ttft = Vec::new();
+    let (mut queue, mut daemon_ttft) = (Vec::new(), Vec::new());
     for r in records {
         for (i, &t) in r.arrivals_ns.iter().enumerate() {
             if inside(t) {
@@ -386,10 +403,14 @@ pub fn level_figures(
             && let Some(&first) = r.arrivals_ns.first()
         {
             ttft.push(first.saturating_sub(r.submit_ns));
+            queue.push(r.queue_us * 1000);
+            daemon_ttft.push(r.daemon_ttft_us * 1000);
         }
     }
     itl.sort_unstable();
     ttft.sort_unstable();
+    queue.sort_unstable();
+    daemon_ttft.sort_unstable();
     let window_s = (close - open) as f64 / 1e9;
     let tokens_per_s = tokens as f64 / window_s;
     let percentile_us =
@@ -403,6 +424,9 @@ pub fn level_figures(
     v["itl_p99_us"] = itl_p99.into();
     v["ttft_p50_us"] = percentile_us(&ttft, 0.5).into();
     v["ttft_p99_us"] = percentile_us(&ttft, 0.99).into();
+    v["queue_p50_us"] = percentile_us(&queue, 0.5).into();
+    v["queue_p99_us"] = percentile_us(&queue, 0.99).into();
+    v["daemon_ttft_p50_us"] = percentile_us(&daemon_ttft, 0.5).into();
     if tokens == 0 {
         return v;
     }
@@ -428,7 +452,7 @@ pub fn level_figures(
 }
 
 /// Columns of the sweep's table (one row per level; `--json` has every figure).
-pub const LEVEL_COLUMNS: [Column; 15] = [
+pub const LEVEL_COLUMNS: [Column; 18] = [
     col("streams", Show::Number),
     col("procs", Show::Number),
     col("requests", Show::Number),
@@ -438,6 +462,9 @@ pub const LEVEL_COLUMNS: [Column; 15] = [
     col("itl_p99_us", Show::Duration),
     col("ttft_p50_us", Show::Duration),
     col("ttft_p99_us", Show::Duration),
+    col("queue_p50_us", Show::Duration),
+    col("queue_p99_us", Show::Duration),
+    col("daemon_ttft_p50_us", Show::Duration),
     col("mean_context", Show::Number),
     col("roofline_tokens_per_s", Show::Number),
     col("roofline_pct", Show::Number),
@@ -686,13 +713,14 @@ fn level_summary(row: &Value) -> String {
             .map_or("-".into(), |v| format!("{:.1} ms", v / 1e3))
     };
     format!(
-        "{} tok/s ({}% of roofline), ITL p50 {} p99 {}, TTFT p50 {} p99 {}",
+        "{} tok/s ({}% of roofline), ITL p50 {} p99 {}, TTFT p50 {} p99 {} (queued p50 {})",
         num("tokens_per_s"),
         num("roofline_pct"),
         ms("itl_p50_us"),
         ms("itl_p99_us"),
         ms("ttft_p50_us"),
         ms("ttft_p99_us"),
+        ms("queue_p50_us"),
     )
 }
 
@@ -727,7 +755,8 @@ fn print_table(result: &Value, facts: &DaemonFacts) {
         (Some(bw), Some(_)) => println!(
             "(roofline: weights + batch × MEAN CONTEXT × KV bytes per token read once per step at \
              {} ({}); ROOFLINE PCT: tok/s as % of it; ITL P50/P99 PCT: the roofline step time \
-             as % of the ITL)",
+             as % of the ITL; QUEUE: received → first scheduled and DAEMON TTFT: received → \
+             first token, as the daemon timed them)",
             super::table::human_byte_rate(bw),
             p["read_bandwidth_source"].as_str().unwrap_or("?")
         ),
@@ -764,6 +793,9 @@ mod tests {
             done_ns: *arrivals_ns.last().unwrap_or(&(submit * MS)),
             arrivals_ns,
             error: false,
+            // The daemon queued it for a tenth of its time to the first token.
+            queue_us: first * 100,
+            daemon_ttft_us: first * 1000,
         }
     }
 
@@ -801,6 +833,9 @@ mod tests {
         assert_eq!(v["itl_p99_us"], 10_000.0);
         // Submitted in the window: stream 0 at 100, stream 1 at 70 and 120; TTFT 10 ms each.
         assert_eq!(v["ttft_p50_us"], 10_000.0);
+        // The daemon's timings of the same requests.
+        assert_eq!(v["queue_p50_us"], 1_000.0);
+        assert_eq!(v["daemon_ttft_p50_us"], 10_000.0);
         assert_eq!(v["roofline_pct"], Value::Null, "no bandwidth given");
     }
 

@@ -101,18 +101,22 @@ struct ServeArgs {
     /// Engine worker threads for the CPU backend (0 = all cores).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// Most sequences (samples) the engine runs at once (at least 1).
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
-    max_batch: u32,
+    /// Most sequences (samples) the engine runs at once (at least 1). Default: 64 on a GPU
+    /// (the CUDA backend captures a decode graph per power of two up to it), 16 on the CPU.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_batch: Option<u32>,
     /// Most requests waiting for admission; past it a submit is answered `Busy` (clients retry;
     /// the HTTP gateway answers 429).
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     max_queued: u32,
     /// Most tokens one step computes: the decode token of every running sequence first, then
     /// prefill chunks up to this budget (a longer prompt is split across steps, so decoding
-    /// streams keep their pace while it prefills). Raised to --max-batch if below it.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
-    max_step_tokens: u32,
+    /// streams keep their pace while it prefills). Raised to --max-batch if below it. Default:
+    /// 1024 on a GPU (measured on an H200, qwen3-8b, 64 streams of 512-token prompts: the best
+    /// throughput of 512–2048; 768 trades 5% of it for a 30% lower median time to the first
+    /// token), 256 on the CPU.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    max_step_tokens: Option<u32>,
     /// Longest sequence served (0 = the model's max_position_embeddings).
     #[arg(long, default_value_t = 0)]
     max_context: usize,
@@ -246,6 +250,24 @@ fn parse_swap_space(s: &str) -> Result<SwapSpaceArg, String> {
 /// The `auto` swap space: 4GiB, capped at a quarter of the memory available (the KV pool, the
 /// weights and clients' segments need the rest); 4GiB when that cannot be read.
 const AUTO_SWAP_BYTES: u64 = 4 << 30;
+
+/// `--max-batch` and `--max-step-tokens`, or the defaults of the backend that will serve: a
+/// GPU is worth a wider batch and longer steps than the CPU reference. Under `auto` a usable
+/// device counts as the GPU (should the CUDA backend then refuse the model, the CPU serves
+/// with the GPU's limits; both are only bounds).
+fn batch_limits(args: &ServeArgs) -> (usize, usize) {
+    use crate::backend::BackendChoice;
+    let gpu = match args.backend {
+        BackendChoice::Cpu => false,
+        BackendChoice::Cuda => true,
+        BackendChoice::Auto => crate::backend::cuda::probe(args.device).is_ok(),
+    };
+    let (batch, step) = if gpu { (64, 1024) } else { (16, 256) };
+    (
+        args.max_batch.map_or(batch, |b| b as usize),
+        args.max_step_tokens.map_or(step, |s| s as usize),
+    )
+}
 
 /// The swap area `--preemption`/`--swap-space` ask for, checked against the host's memory.
 fn swap_space(args: &ServeArgs) -> Result<crate::backend::SwapSpace, String> {
@@ -392,10 +414,11 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
             if args.test_step_us != 0 {
                 tracing::warn!("--test-step-us only applies to --engine test; ignored");
             }
+            let (max_batch, max_step_tokens) = batch_limits(args);
             let options = crate::engine::EngineOptions {
-                max_batch: args.max_batch as usize,
+                max_batch,
                 max_queued: args.max_queued as usize,
-                max_step_tokens: args.max_step_tokens as usize,
+                max_step_tokens,
                 max_context: args.max_context,
                 kv_budget_bytes,
                 threads: args.threads,
@@ -540,5 +563,31 @@ mod tests {
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(100), "100 B");
         assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn batch_limits_default_per_backend_and_follow_the_flags() {
+        use clap::Parser;
+        let limits = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("nervad").chain(argv.iter().copied()))
+                .expect("parse");
+            batch_limits(&cli.serve)
+        };
+        assert_eq!(limits(&["--backend", "cpu"]), (16, 256));
+        // A CUDA backend asked for by name gets the GPU's defaults (whether or not it can run).
+        assert_eq!(limits(&["--backend", "cuda"]), (64, 1024));
+        assert_eq!(
+            limits(&[
+                "--backend",
+                "cuda",
+                "--max-batch",
+                "8",
+                "--max-step-tokens",
+                "512"
+            ]),
+            (8, 512)
+        );
+        assert_eq!(limits(&["--backend", "cpu", "--max-batch", "3"]), (3, 256));
+        assert!(Cli::try_parse_from(["nervad", "--max-step-tokens", "0"]).is_err());
     }
 }

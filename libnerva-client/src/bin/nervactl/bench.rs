@@ -61,6 +61,12 @@ pub struct BenchArgs {
     /// request; a stream submits nothing after it once it has run one measured request.
     #[arg(long, requires = "streams", value_parser = crate::parse_seconds)]
     pub duration: Option<Duration>,
+    /// With --streams: each request asks for `--max-tokens` × (1 ± this fraction), drawn per
+    /// request from the seed (uniform; 0, the default, gives every request the same length).
+    /// Spread lengths keep the streams from finishing, and submitting their next prompts, in
+    /// step: the closed loop uses none.
+    #[arg(long, value_name = "FRACTION", requires = "streams", value_parser = parse_spread)]
+    pub max_tokens_spread: Option<f64>,
     /// With --streams: the device's read bandwidth in bytes/s (e.g. 3.35e12) for the roofline,
     /// instead of the daemon's measurement (the CPU backend measures none).
     #[arg(long, value_name = "BYTES_PER_S", requires = "streams", value_parser = parse_rate)]
@@ -80,6 +86,14 @@ fn parse_positive(s: &str) -> Result<u32, String> {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
         Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
+/// `--max-tokens-spread`: a fraction in [0, 0.9].
+fn parse_spread(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=0.9).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a fraction from 0 to 0.9")),
     }
 }
 
@@ -478,7 +492,7 @@ pub fn token_prompt(seed: u64, key: u64, len: usize, vocab: u32) -> Vec<u32> {
 }
 
 /// Steele, Lea and Flood's SplitMix64 step.
-fn splitmix64(state: &mut u64) -> u64 {
+pub fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -31,7 +31,9 @@ use clap::Args;
 use nerva_client::{Client, Error, EventRef, GenerateParams, Prompt, Tag};
 use serde_json::{Value, json};
 
-use super::bench::{BenchArgs, DaemonFacts, monotonic_ns, token_prompt, wait_idle, write_out};
+use super::bench::{
+    BenchArgs, DaemonFacts, monotonic_ns, splitmix64, token_prompt, wait_idle, write_out,
+};
 use super::display::percentile;
 use super::table::{Column, Show, Table, col};
 
@@ -53,9 +55,12 @@ pub struct WorkerArgs {
     /// Prompt length in token ids.
     #[arg(long)]
     pub prompt_tokens: u32,
-    /// Tokens per request.
+    /// Tokens per request (the mean, with a spread).
     #[arg(long)]
     pub max_tokens: u32,
+    /// Each request's tokens are `max_tokens` × (1 ± this), drawn from the seed.
+    #[arg(long, default_value_t = 0.0)]
+    pub max_tokens_spread: f64,
     /// Prompt token ids are drawn below this.
     #[arg(long)]
     pub vocab: u32,
@@ -232,8 +237,14 @@ pub fn worker(socket: Option<&Path>, a: &WorkerArgs) -> Result<(), Error> {
                 a.prompt_tokens as usize,
                 a.vocab,
             );
+            let max_tokens =
+                request_max_tokens(a.seed, stream, index, a.max_tokens, a.max_tokens_spread);
+            let request = GenerateParams {
+                max_tokens,
+                ..params.clone()
+            };
             let submit_ns = monotonic_ns();
-            match client.submit_generate(Prompt::Tokens(&prompt), &params) {
+            match client.submit_generate(Prompt::Tokens(&prompt), &request) {
                 Ok(tag) => {
                     by_tag.insert(tag, (k, records.len()));
                     records.push(RequestRecord {
@@ -241,7 +252,7 @@ pub fn worker(socket: Option<&Path>, a: &WorkerArgs) -> Result<(), Error> {
                         index,
                         measured: measure_from.is_some(),
                         submit_ns,
-                        arrivals_ns: Vec::with_capacity(a.max_tokens as usize),
+                        arrivals_ns: Vec::with_capacity(max_tokens as usize),
                         ..RequestRecord::default()
                     });
                     s.submitted += 1;
@@ -310,6 +321,18 @@ pub struct RooflineInputs {
     pub kv_bytes_per_token: u64,
     /// Read bandwidth, bytes/s.
     pub read_bandwidth: f64,
+}
+
+/// The tokens request `index` of `stream` asks for: `base` × (1 + spread × u), u uniform in
+/// [-1, 1] from (seed, stream, index), at least 1; `base` itself without a spread.
+pub fn request_max_tokens(seed: u64, stream: u32, index: u32, base: u32, spread: f64) -> u32 {
+    if spread <= 0.0 {
+        return base;
+    }
+    let mut state =
+        seed ^ (u64::from(stream) << 32 | u64::from(index)).wrapping_mul(0xA24B_AED4_963E_E407);
+    let u = (splitmix64(&mut state) >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+    ((f64::from(base) * (1.0 + spread * u)).round() as u32).max(1)
 }
 
 /// Sequences of `streams` that run at once under `max_batch` (0: a daemon that sets none).
@@ -496,6 +519,7 @@ struct LevelPlan<'a> {
     procs: u32,
     prompt_tokens: u32,
     max_tokens: u32,
+    max_tokens_spread: f64,
     vocab: u32,
     seed: u64,
     waves: Option<u32>,
@@ -518,6 +542,7 @@ fn run_level(plan: &LevelPlan<'_>) -> Result<Vec<RequestRecord>, Error> {
             .args(["--streams", &share.to_string()])
             .args(["--prompt-tokens", &plan.prompt_tokens.to_string()])
             .args(["--max-tokens", &plan.max_tokens.to_string()])
+            .args(["--max-tokens-spread", &plan.max_tokens_spread.to_string()])
             .args(["--vocab", &plan.vocab.to_string()])
             .args(["--seed", &plan.seed.to_string()]);
         if let Some(w) = plan.waves {
@@ -608,10 +633,13 @@ fn preemptions(status: &Value) -> u64 {
 pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Error> {
     let levels = a.streams.clone().unwrap_or_default();
     let (prompt_tokens, max_tokens, seed) = (a.prompt_tokens(), a.max_tokens(), a.seed());
+    let spread = a.max_tokens_spread.unwrap_or(0.0);
     let waves = a.waves.or(a.duration.is_none().then_some(DEFAULT_WAVES));
     let mut client = Client::connect(socket)?;
     let facts = DaemonFacts::query(&mut client)?;
-    facts.check_lengths(prompt_tokens, max_tokens)?;
+    // The longest a spread can draw must fit too.
+    let longest = (f64::from(max_tokens) * (1.0 + spread)).round() as u32;
+    facts.check_lengths(prompt_tokens, longest)?;
     let bandwidth = a
         .read_bandwidth
         .map(|b| (b, "flag"))
@@ -639,7 +667,7 @@ pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Er
             "complete": complete,
             "params": {
                 "streams": levels, "procs": a.procs, "prompt_tokens": prompt_tokens,
-                "max_tokens": max_tokens, "waves": waves,
+                "max_tokens": max_tokens, "max_tokens_spread": spread, "waves": waves,
                 "duration_s": a.duration.map(|d| d.as_secs_f64()), "seed": seed,
                 "temperature": 0.0, "ignore_eos": true,
                 "read_bandwidth_bytes_per_s": bandwidth.map(|b| b.0),
@@ -664,6 +692,7 @@ pub fn run(socket: Option<&Path>, a: &BenchArgs, as_json: bool) -> Result<(), Er
             procs,
             prompt_tokens,
             max_tokens,
+            max_tokens_spread: spread,
             vocab: facts.vocab_size,
             // Each level its own prompts: none is cached from an earlier level.
             seed: seed.wrapping_add(i as u64),
@@ -732,8 +761,13 @@ fn print_table(result: &Value, facts: &DaemonFacts) {
         (None, Some(d)) => format!("{d} s per level"),
         (None, None) => String::new(),
     };
+    let spread = match p["max_tokens_spread"].as_f64() {
+        Some(s) if s > 0.0 => format!(" ± {:.0}%", s * 100.0),
+        _ => String::new(),
+    };
     println!(
-        "{} on {}: prompt {} tokens, {} new (ignore_eos), closed loop, {bound}, after the first wave",
+        "{} on {}: prompt {} tokens, {}{spread} new (ignore_eos), closed loop, {bound}, after the \
+         first wave",
         facts.identity["model"].as_str().unwrap_or("?"),
         facts.identity["backend"].as_str().unwrap_or("?"),
         p["prompt_tokens"],
@@ -874,6 +908,29 @@ mod tests {
             level_figures(&records, 2, 100, 16, None)["tokens_per_s"],
             Value::Null
         );
+    }
+
+    #[test]
+    fn spread_lengths_are_seeded_bounded_and_centred() {
+        assert_eq!(
+            request_max_tokens(1, 2, 3, 256, 0.0),
+            256,
+            "no spread: the base"
+        );
+        let draws: Vec<u32> = (0..4000)
+            .map(|i| request_max_tokens(9, i % 64, i / 64, 256, 0.5))
+            .collect();
+        assert!(draws.iter().all(|&n| (128..=384).contains(&n)));
+        let mean = draws.iter().map(|&n| f64::from(n)).sum::<f64>() / draws.len() as f64;
+        assert!((mean - 256.0).abs() < 6.0, "mean {mean}");
+        // Spread over the range, not a few values.
+        assert!(draws.iter().any(|&n| n < 150) && draws.iter().any(|&n| n > 360));
+        assert_eq!(
+            request_max_tokens(9, 5, 7, 256, 0.5),
+            request_max_tokens(9, 5, 7, 256, 0.5)
+        );
+        // A request never asks for no token, however short the base.
+        assert!((0..200).all(|i| (1..=2).contains(&request_max_tokens(3, i, 0, 1, 0.9))));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use nervad::backend::cpu::pool::{SharedMut, WorkerPool};
 use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput, kv_bytes_per_token};
 use nervad::engine::{
     ClientId, Engine, EngineEvent, EngineModel, EngineOptions, EventSink, GenerateRequest,
-    InferenceEngine, Prompt, RequestKey, SamplingParams, StopConditions,
+    InferenceEngine, Prompt, RequestKey, SamplingParams,
 };
 use nervad::model::generate::{Preset, make_checkpoint};
 use nervad::model::{LoadOptions, LoadedModel};
@@ -86,26 +86,20 @@ fn engine_run(dir: &std::path::Path, n: usize, steps: usize, threads: usize) -> 
     };
     let mut engine = Engine::with_cpu_backend(model, options).expect("engine");
     for c in 0..n {
+        let key = RequestKey {
+            client: ClientId {
+                slot: c as u32,
+                generation: 0,
+            },
+            tag: 1,
+        };
+        let prompt = Prompt::Text(format!("Benchmark prompt number {c}: tell a long story."));
         engine
-            .submit(GenerateRequest {
-                key: RequestKey {
-                    client: ClientId {
-                        slot: c as u32,
-                        generation: 0,
-                    },
-                    tag: 1,
-                },
-                prompt: Prompt::Text(format!("Benchmark prompt number {c}: tell a long story.")),
-                sampling: SamplingParams::default(),
-                max_tokens: (steps + 16) as u32,
-                stop: StopConditions {
-                    ignore_eos: true,
-                    ..StopConditions::default()
-                },
-                n_samples: 1,
-                priority: 0,
-                received_at: Instant::now(),
-            })
+            .submit(GenerateRequest::fixed_length(
+                key,
+                prompt,
+                (steps + 16) as u32,
+            ))
             .expect("submit");
     }
     let mut sink = Tally::default();

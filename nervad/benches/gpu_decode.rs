@@ -19,7 +19,7 @@ use nervad::backend::cuda::{CudaBackend, CudaOptions, GpuMemory};
 use nervad::backend::{Backend, BackendStats};
 use nervad::engine::{
     ClientId, Engine, EngineEvent, EngineModel, EngineOptions, EventSink, GenerateRequest,
-    InferenceEngine, Prompt, RequestKey, SamplingParams, StopConditions,
+    InferenceEngine, Prompt, RequestKey,
 };
 use nervad::model::generate::{Preset, make_checkpoint};
 use nervad::model::{LoadOptions, LoadedModel};
@@ -123,26 +123,19 @@ fn delta(a: BackendStats, b: BackendStats) -> BackendStats {
 /// Submit a greedy request of `prompt` for `max_tokens` tokens (eos ignored) from client slot
 /// `slot`.
 fn submit(engine: &mut Engine, slot: u32, tag: u64, prompt: Vec<u32>, max_tokens: usize) {
+    let key = RequestKey {
+        client: ClientId {
+            slot,
+            generation: 0,
+        },
+        tag,
+    };
     engine
-        .submit(GenerateRequest {
-            key: RequestKey {
-                client: ClientId {
-                    slot,
-                    generation: 0,
-                },
-                tag,
-            },
-            prompt: Prompt::Tokens(prompt),
-            sampling: SamplingParams::default(),
-            max_tokens: max_tokens as u32,
-            stop: StopConditions {
-                ignore_eos: true,
-                ..StopConditions::default()
-            },
-            n_samples: 1,
-            priority: 0,
-            received_at: Instant::now(),
-        })
+        .submit(GenerateRequest::fixed_length(
+            key,
+            Prompt::Tokens(prompt),
+            max_tokens as u32,
+        ))
         .expect("submit");
 }
 

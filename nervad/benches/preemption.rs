@@ -25,7 +25,7 @@ use nervad::backend::{
 };
 use nervad::engine::{
     ClientId, Engine, EngineEvent, EngineModel, EngineOptions, EventSink, GenerateRequest,
-    InferenceEngine, Preemption, Prompt, RequestKey, SamplingParams, StopConditions,
+    InferenceEngine, Preemption, Prompt, RequestKey,
 };
 use nervad::model::generate::{Preset, make_checkpoint};
 use nervad::model::{LoadOptions, LoadedModel};
@@ -141,26 +141,19 @@ fn run(
         let prompt = (0..args.prompt as u32)
             .map(|t| (7 + t * 13 + i as u32 * 101) % vocab)
             .collect();
+        let key = RequestKey {
+            client: ClientId {
+                slot: i as u32,
+                generation: 0,
+            },
+            tag: i as u64,
+        };
         engine
-            .submit(GenerateRequest {
-                key: RequestKey {
-                    client: ClientId {
-                        slot: i as u32,
-                        generation: 0,
-                    },
-                    tag: i as u64,
-                },
-                prompt: Prompt::Tokens(prompt),
-                sampling: SamplingParams::default(),
-                max_tokens: args.tokens as u32,
-                stop: StopConditions {
-                    ignore_eos: true,
-                    ..StopConditions::default()
-                },
-                n_samples: 1,
-                priority: 0,
-                received_at: Instant::now(),
-            })
+            .submit(GenerateRequest::fixed_length(
+                key,
+                Prompt::Tokens(prompt),
+                args.tokens as u32,
+            ))
             .expect("submit");
     }
     let mut outputs = Outputs {

@@ -16,7 +16,7 @@ use nervad::backend::{BackendChoice, BackendStats};
 use nervad::engine::dump::dump_model_on;
 use nervad::engine::{
     ClientId, Engine, EngineEvent, EngineModel, EngineOptions, EventSink, GenerateRequest,
-    InferenceEngine, Prompt, RequestKey, SamplingParams, StopConditions,
+    InferenceEngine, Prompt, RequestKey, SamplingParams,
 };
 use nervad::model::LoadedModel;
 use nervad::model::generate::{Preset, make_checkpoint};
@@ -155,24 +155,16 @@ impl EventSink for Collect {
 }
 
 fn request(tag: u64, prompt: Vec<u32>, sampling: SamplingParams, n: u32) -> GenerateRequest {
+    let key = RequestKey {
+        client: ClientId {
+            slot: tag as u32,
+            generation: 0,
+        },
+        tag,
+    };
     GenerateRequest {
-        key: RequestKey {
-            client: ClientId {
-                slot: tag as u32,
-                generation: 0,
-            },
-            tag,
-        },
-        prompt: Prompt::Tokens(prompt),
         sampling,
-        max_tokens: n,
-        stop: StopConditions {
-            ignore_eos: true,
-            ..StopConditions::default()
-        },
-        n_samples: 1,
-        priority: 0,
-        received_at: Instant::now(),
+        ..GenerateRequest::fixed_length(key, Prompt::Tokens(prompt), n)
     }
 }
 

@@ -76,6 +76,26 @@ pub struct GenerateRequest {
     pub received_at: Instant,
 }
 
+impl GenerateRequest {
+    /// A greedy request that runs exactly `max_tokens` tokens (eos ignored, no stop condition):
+    /// one sample, priority 0, received now. What benchmarks, dumps and tests submit.
+    pub fn fixed_length(key: RequestKey, prompt: Prompt, max_tokens: u32) -> Self {
+        GenerateRequest {
+            key,
+            prompt,
+            sampling: SamplingParams::default(),
+            max_tokens,
+            stop: StopConditions {
+                ignore_eos: true,
+                ..StopConditions::default()
+            },
+            n_samples: 1,
+            priority: 0,
+            received_at: Instant::now(),
+        }
+    }
+}
+
 /// Why a sample ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {

@@ -8,11 +8,10 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use super::api::{
     ClientId, EngineEvent, EventSink, GenerateRequest, InferenceEngine, Prompt, RequestError,
-    RequestKey, SamplingParams, StopConditions,
+    RequestKey,
 };
 use super::core::{Engine, EngineOptions};
 use super::model::EngineModel;
@@ -179,19 +178,11 @@ pub fn dump_model_on(
     };
     let mut sink = Collect::default();
     if steps > 0 {
-        engine.submit(GenerateRequest {
+        engine.submit(GenerateRequest::fixed_length(
             key,
-            prompt: Prompt::Tokens(tokens.to_vec()),
-            sampling: SamplingParams::default(),
-            max_tokens: steps,
-            stop: StopConditions {
-                ignore_eos: true,
-                ..StopConditions::default()
-            },
-            n_samples: 1,
-            priority: 0,
-            received_at: Instant::now(),
-        })?;
+            Prompt::Tokens(tokens.to_vec()),
+            steps,
+        ))?;
         while engine.step(&mut sink) {}
     }
     if let Some(e) = sink.error {

@@ -314,6 +314,18 @@ struct StepMetaArg {
     token_slot: u64,
 }
 
+/// Attention kernel arguments fixed by the model: query and kv heads, head dim, the QK-norm's
+/// epsilon, the sliding window (0: none) and the score scale 1/√head_dim.
+#[derive(Debug, Clone, Copy)]
+struct AttnScalars {
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    eps: f32,
+    window: i32,
+    scale: f32,
+}
+
 /// The kernels' `KvGeometry` (kernels/kv.cuh).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -2051,6 +2063,19 @@ impl CudaBackend {
         self.enqueue_prompt_attention(li, off, t - off)
     }
 
+    /// The model's scalars every attention kernel takes, as the kernels take them.
+    fn attn_scalars(&self) -> AttnScalars {
+        let c = &self.config;
+        AttnScalars {
+            heads: c.num_attention_heads as i32,
+            kv_heads: c.num_key_value_heads as i32,
+            head_dim: c.head_dim as i32,
+            eps: c.rms_norm_eps as f32,
+            window: c.sliding_window.unwrap_or(0) as i32,
+            scale: 1.0f32 / (c.head_dim as f32).sqrt(),
+        }
+    }
+
     /// The fused decode attention of token rows `0..t`, each its sequence's only token: one
     /// launch rotates the queries, writes the new key and value to the pool and attends
     /// (`prefetch`: it may ask L2 for the layer's next weights, as decode-only steps do).
@@ -2060,15 +2085,14 @@ impl CudaBackend {
         t: usize,
         prefetch: bool,
     ) -> Result<(), BackendError> {
-        let c = &self.config;
-        let (heads, kv_heads, hd) = (
-            c.num_attention_heads as i32,
-            c.num_key_value_heads as i32,
-            c.head_dim as i32,
-        );
-        let eps = c.rms_norm_eps as f32;
-        let window = c.sliding_window.unwrap_or(0) as i32;
-        let scale = 1.0f32 / (c.head_dim as f32).sqrt();
+        let AttnScalars {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            eps,
+            window,
+            scale,
+        } = self.attn_scalars();
         let meta = self.meta_arg();
         let b = self.bufs;
         let l = self.layers[li];
@@ -2177,21 +2201,21 @@ impl CudaBackend {
         off: usize,
         t: usize,
     ) -> Result<(), BackendError> {
-        let c = &self.config;
-        let (heads, kv_heads, hd) = (
-            c.num_attention_heads as i32,
-            c.num_key_value_heads as i32,
-            c.head_dim as i32,
-        );
-        let eps = c.rms_norm_eps as f32;
-        let window = c.sliding_window.unwrap_or(0) as i32;
-        let scale = 1.0f32 / (c.head_dim as f32).sqrt();
+        let AttnScalars {
+            heads,
+            kv_heads,
+            head_dim: hd,
+            eps,
+            window,
+            scale,
+        } = self.attn_scalars();
         // One warp per head (q, k and v heads) in a single pass where 1024 threads allow.
         let rope_threads = (32 * (heads + 2 * kv_heads)).min(1024) as u32;
         let meta = self.meta_from(off);
         let b = self.bufs;
         let l = self.layers[li];
         let geo = self.geometry(li);
+        let c = &self.config;
         let qkv = b.qkv.at(off * (c.q_dim() + 2 * c.kv_dim()) * 4);
         let attn = b.attn.at(off * c.q_dim() * 4);
         // SAFETY: rope_append_*(StepMeta, const float* qkv, float* q_out, KV* kv,

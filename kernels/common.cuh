@@ -166,6 +166,15 @@ struct StepMeta {
     const int* token_slot;   // [tokens] seq_slot[token_seq[t]], one load instead of two
 };
 
+// Where element k of a projection input row prepared by to_half (prefill.cu) lies: in order, or
+// (wg) in the wgmma GEMM's order, where chunk c (elements 8c .. 8c + 7) of a group of 64 puts
+// its element pairs 8 apart from 32 (c / 4) + 2 (c % 4) on (mma.cuh, wg_gemm_body).
+__device__ __forceinline__ int xhat_at(int k, int wg) {
+    if (!wg) return k;
+    const int r = k & 63, c = r >> 3, e = r & 7;
+    return (k - r) + 32 * (c >> 2) + 2 * (c & 3) + 8 * (e >> 1) + (e & 1);
+}
+
 // Asynchronous 16-byte copies global → shared (sm_80+); `valid` false zero-fills.
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),

@@ -30,6 +30,9 @@
 // adjacent, run together and read its weights once from memory between them (L2). 1: one block
 // walks all of a row tile's tokens. Which block computes an output changes none of its bits.
 //
+// yh (GLU only; null: none): the output also rounded to W at xhat_at(column, yh_wg) of its row,
+// the next projection's input as to_half prepares it (the same value rounded the same way).
+//
 // Prologue (IN): RMS – RMSNorm of f32 rows computed in the block (only for one n-tile, T ≤ 8;
 // rows_rms_inv, as to_half, so a prepared x̂ has the same bits); PLAIN – f32
 // rows rounded as they are; HALF – x̂ prepared by to_half (many tokens: read once as 16-bit).
@@ -143,7 +146,7 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                                          const W* __restrict__ xh, const int* __restrict__ x_rows,
                                          const float* __restrict__ norm_w, float eps, int K,
                                          int R, int T, float* __restrict__ y, int y_stride,
-                                         int split_tiles) {
+                                         int split_tiles, W* __restrict__ yh, int yh_wg) {
     constexpr int TT = 8 * NT;
     // Only the split variants (SPLIT) take token tiles from the launch: the others keep their
     // loop bounds compile-time (fewer registers).
@@ -278,8 +281,12 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                         gs += bias[row0 + rg];
                         us += bias[row0 + ru];
                     }
-                    y[(size_t)(t0 + t) * y_stride + (row0 / 16 + m) * 8 + 2 * q + e] =
-                        silu(gs) * us;
+                    const int j = (row0 / 16 + m) * 8 + 2 * q + e;
+                    const float v = silu(gs) * us;
+                    y[(size_t)(t0 + t) * y_stride + j] = v;
+                    // The next projection's input as to_half would prepare it (yh: the host's
+                    // `Proj::half_out`), so that its launch needs no to_half.
+                    if (yh) narrow(v, yh + (size_t)(t0 + t) * y_stride + xhat_at(j, yh_wg));
                 }
             }
         } else {
@@ -443,11 +450,12 @@ __device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int 
 // A finished 128-row × BN-token tile (sums in shared memory, [row][token]) to y, by rows: the
 // bias, then the epilogue (as mma_body's: for GLU, tile m's rows 4q + e (gate) and 4q + 2 + e
 // (up) give output 8 (row0 / 16 + m) + 2q + e).
-template <int EPI, int BN>
+template <int EPI, int BN, typename W>
 __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
                                                 const float* __restrict__ bias,
                                                 float* __restrict__ y, int y_stride, int row0,
-                                                int t0, int R, int T) {
+                                                int t0, int R, int T, W* __restrict__ yh,
+                                                int yh_wg) {
     const int tid = threadIdx.x;
     if (EPI == MEPI_GLU) {
         for (int i = tid; i < GEMM_BM / 2 * BN; i += MMA_THREADS) {
@@ -460,7 +468,10 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
                     gs += bias[row0 + rg];
                     us += bias[row0 + ru];
                 }
-                y[(size_t)(t0 + t) * y_stride + (row0 / 16 + m) * 8 + 2 * q + e] = silu(gs) * us;
+                const int j = (row0 / 16 + m) * 8 + 2 * q + e;
+                const float v = silu(gs) * us;
+                y[(size_t)(t0 + t) * y_stride + j] = v;
+                if (yh) narrow(v, yh + (size_t)(t0 + t) * y_stride + xhat_at(j, yh_wg));
             }
         }
     } else {
@@ -492,13 +503,13 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
 // The end of a GEMM block: the split exchange (when split), then the tile's sums through shared
 // memory (over the stages), so that the stores go by rows. `place(v, row, token)` says where the
 // thread's value v lies in the 128-row × BN-token tile.
-template <int EPI, int BN, int VALS, typename Place, int SYNC = 0>
+template <int EPI, int BN, int VALS, typename Place, int SYNC = 0, typename W>
 __device__ __forceinline__ void gemm_finish(unsigned char* smem, const float (&acc)[VALS],
                                             float (&sum)[VALS], Place place, float* ws,
                                             int* counters, int tile_id, int split, int splits,
                                             const float* __restrict__ bias,
                                             float* __restrict__ y, int y_stride, int row0, int t0,
-                                            int R, int T) {
+                                            int R, int T, W* __restrict__ yh, int yh_wg) {
     cp_async_wait<0>();
     tile_sync<SYNC>();
     if (splits > 1 &&
@@ -512,7 +523,7 @@ __device__ __forceinline__ void gemm_finish(unsigned char* smem, const float (&a
         tile[r][t] = sum[v];
     }
     tile_sync<SYNC>();
-    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T);
+    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T, yh, yh_wg);
 }
 
 // Group gi's weights for the block's 8 row tiles into stage `a` ([m][h][q][lane], 16 KiB).
@@ -571,7 +582,8 @@ template <typename W, int EPI, int BN>
 __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
                                               const W* __restrict__ xh, int K, int R, int T,
                                               float* __restrict__ y, int y_stride, int token_tiles,
-                                              float* ws, int* counters, int splits) {
+                                              float* ws, int* counters, int splits,
+                                              W* __restrict__ yh, int yh_wg) {
     typedef GemmTile<BN> L;
     constexpr int WN = L::WN;
     constexpr int VALS = 2 * WN * 4;
@@ -656,7 +668,7 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
         t = 8 * WN * wc + 8 * n + 2 * c + (e & 1);
     };
     gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, tile_id, split, splits, bias, y,
-                         y_stride, row0, t0, R, T);
+                         y_stride, row0, t0, R, T, yh, yh_wg);
 }
 
 // Compile-time knobs for experiments (NERVA_KERNEL_DEFINES on the GPU machine; the defaults are
@@ -939,7 +951,8 @@ template <typename W, int EPI, int BN>
 __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
                                              const W* __restrict__ xh, int K, int R, int T,
                                              float* __restrict__ y, int y_stride, int token_tiles,
-                                             float* ws, int* counters, int splits) {
+                                             float* ws, int* counters, int splits,
+                                             W* __restrict__ yh, int yh_wg) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgTile<BN> L;
     constexpr int VALS = L::VALS, WG_STAGES = L::STAGES, WG_AHEAD = L::AHEAD;
@@ -999,7 +1012,7 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
     wg_chains(ch, acc, sum, fa, first, group, [](int) {});
     auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
     gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, blk.tile_id, blk.split, splits,
-                         bias, y, y_stride, row0, t0, R, T);
+                         bias, y, y_stride, row0, t0, R, T, yh, yh_wg);
 #else
     __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
 #endif
@@ -1146,7 +1159,8 @@ __device__ __forceinline__ void wg_stream_body(const W* __restrict__ w,
                                                const float* __restrict__ bias,
                                                const W* __restrict__ xh, int K, int R, int T,
                                                float* __restrict__ y, int y_stride,
-                                               int token_tiles, float* ws, int* counters) {
+                                               int token_tiles, float* ws, int* counters,
+                                               W* __restrict__ yh, int yh_wg) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BN = 64;
     typedef WgTile<BN> L;
@@ -1245,7 +1259,7 @@ __device__ __forceinline__ void wg_stream_body(const W* __restrict__ w,
             tile_sums[16 * warp + g + 8 * (e >> 1)][8 * n + 2 * c + (e & 1)] = sum[v];
         }
         __syncthreads();
-        gemm_store_tile<EPI, BN>(tile_sums, bias, y, y_stride, row0, t0, R, T);
+        gemm_store_tile<EPI, BN>(tile_sums, bias, y, y_stride, row0, t0, R, T, yh, yh_wg);
         // (A chain of no groups, K < 512, would reach the region without a group's barrier.)
         __syncthreads();
     }
@@ -1281,6 +1295,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
                                               const W* __restrict__ xh, int K, int R, int T,
                                               float* __restrict__ y, int y_stride, int token_tiles,
                                               float* ws, int* counters, int splits,
+                                              W* __restrict__ yh, int yh_wg,
                                               const TmaMap* wmap, const TmaMap* xmap) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgTile<BN> L;
@@ -1409,7 +1424,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     // stages.
     gemm_finish<EPI, BN, VALS, decltype(place), 1>(gemm_smem, acc, sum, place, ws, counters,
                                                    blk.tile_id, blk.split, splits, bias, y,
-                                                   y_stride, row0, t0, R, T);
+                                                   y_stride, row0, t0, R, T, yh, yh_wg);
 #else
     __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
 #endif
@@ -1428,31 +1443,33 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     const W *__restrict__ w, const float *__restrict__ bias, const float *__restrict__ x,     \
         int x_stride, const W *__restrict__ xh, const int *__restrict__ x_rows,               \
         const float *__restrict__ norm_w, float eps, int K, int R, int T,                     \
-        float *__restrict__ y, int y_stride, int token_tiles, float *ws, int *counters,       \
-        int splits
+        float *__restrict__ y, int y_stride, int token_tiles, W *__restrict__ yh, int yh_wg,  \
+        float *ws, int *counters, int splits
 #define MMA_GEMM_ENTRY(NAME, BODY, W, EPI, BN, THREADS)                                        \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {         \
-        BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters, splits); \
+        BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters, splits,  \
+                         yh, yh_wg);                                                           \
     }
 // The warp-specialized GEMM: wgs staging by cp.async, wgt by tensor copies (`wmap`, `xmap`
 // after the GEMM's parameters).
 #define MMA_WGS_ENTRY(NAME, W, EPI)                                                            \
     extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {     \
         wgs_gemm_body<W, EPI, 128, false>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,  \
-                                          counters, splits, nullptr, nullptr);                 \
+                                          counters, splits, yh, yh_wg, nullptr, nullptr);      \
     }
 // The persistent 64-token wgmma GEMM (wg_stream_body), blocks sharing the launch's tiles.
 #define MMA_WG_STREAM_ENTRY(NAME, W, EPI)                                                      \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {     \
         (void)splits;                                                                          \
-        wg_stream_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters);   \
+        wg_stream_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,   \
+                               yh, yh_wg);                                                     \
     }
 #define MMA_WGT_ENTRY(NAME, W, EPI)                                                        \
     extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
         NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
              const __grid_constant__ TmaMap xmap) {                                            \
         wgs_gemm_body<W, EPI, 128, true>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,   \
-                                         counters, splits, &wmap, &xmap);                      \
+                                         counters, splits, yh, yh_wg, &wmap, &xmap);           \
     }
 
 
@@ -1461,9 +1478,10 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
-             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles) {     \
+             int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
+             W* __restrict__ yh, int yh_wg) {                                                  \
         mma_body<W, NT, MT, IN, EPI, DEEP, SPLIT>(w, bias, x, x_stride, xh, x_rows, norm_w, eps, \
-                                                  K, R, T, y, y_stride, token_tiles);          \
+                                                  K, R, T, y, y_stride, token_tiles, yh, yh_wg); \
     }
 
 // Per dtype and epilogue: the in-kernel norm/rounding for one n-tile (1-8 tokens, 16-row tiles:

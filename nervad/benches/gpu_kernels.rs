@@ -290,7 +290,7 @@ impl Bench {
         let region = self.weights.bytes;
         let x_stride = shape.k as i32;
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
-        let (eps, null, t0) = (1e-6f32, 0u64, 0i32);
+        let (eps, null, t0, no_half) = (1e-6f32, 0u64, 0i32, 0i32);
         let xh = if launch.prepared { xa } else { 0 };
         self.time(|gpu, i| {
             let w = wbase + weight_offset(shape, region, i);
@@ -330,7 +330,9 @@ impl Bench {
                 .arg(&ti)
                 .arg(&y)
                 .arg(&r)
-                .arg(&tiles);
+                .arg(&tiles)
+                .arg(&null)
+                .arg(&no_half);
             let args = if gemm {
                 args.arg(&ws).arg(&done).arg(&splits)
             } else {
@@ -341,7 +343,7 @@ impl Bench {
             let args = GemmMaps::append(maps.as_ref(), args);
             let blocks = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
-            // token_tiles) and the GEMM's (ws, counters, splits), the grid the row tiles times
+            // token_tiles, yh, yh_wg: no 16-bit copy) and the GEMM's (ws, counters, splits), the grid the row tiles times
             // the token tiles times the splits: w covers R×K bf16 inside the weights region, x T
             // rows of K f32, xh null or T × K bf16, y T rows of R f32 (scratch), norm K f32;
             // bias and rows null; a split launch stays within GEMM_SPLIT_MAX_BLOCKS_PER_SM × SMs

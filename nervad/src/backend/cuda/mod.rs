@@ -386,6 +386,9 @@ struct Bufs {
     part_ml: DevBuf,
     /// Prefill projection inputs rounded to 16 bits for cuBLAS, and its workspace.
     xa: DevBuf,
+    /// A projection's inputs prepared in 16 bits by the kernel before it (`Proj::half_out`);
+    /// apart from `xa`, which that kernel may be reading.
+    xb: DevBuf,
     blas_ws: DevBuf,
     /// Per (token, kv head): split blocks of attn_decode done so far (back to 0 after each).
     attn_done: DevBuf,
@@ -551,6 +554,12 @@ struct Proj {
     gemm_x_stride: i32,
     gemm_y: u64,
     gemm_y_stride: i32,
+    /// The tensor-core GLU epilogue also writes its output rounded to 16 bits in `xb`, in the
+    /// order down_proj's launch reads prepared inputs (Some(true): the wgmma GEMM's), so that
+    /// launch needs no to_half (`prepared_order`).
+    half_out: Option<bool>,
+    /// This projection's inputs were prepared in `xb` by the kernel before it, in this order.
+    prepared: Option<bool>,
 }
 
 /// A projection kernel's parameters in their C types: gemv.cu and mma.cu take the same list,
@@ -948,6 +957,7 @@ impl CudaBackend {
             gemm_split_blocks * 128 * MMA_GEMM_TOKENS * 4, // gemm_ws
             gemm_split_blocks * 4,                         // gemm_done
             t * h.max(qd).max(inter) * wb,                 // xa
+            t * h.max(qd).max(inter) * wb,                 // xb
             blas::WORKSPACE_BYTES,                         // cuBLAS workspace
             s * vocab * 4,                                 // logits
             s * vocab * 4,                                 // sampling weights
@@ -1144,6 +1154,7 @@ impl CudaBackend {
         let gemm_ws = carve_next()?;
         let gemm_done = carve_next()?;
         let xa = carve_next()?;
+        let xb = carve_next()?;
         let blas_ws = carve_next()?;
         let logits = carve_next()?;
         let weights_buf = carve_next()?;
@@ -1176,6 +1187,7 @@ impl CudaBackend {
             gemm_ws,
             gemm_done,
             xa,
+            xb,
             blas_ws,
             logits,
             weights: weights_buf,
@@ -1783,17 +1795,22 @@ impl CudaBackend {
             v if wg => MMA_WG + (v - MMA_GEMM),
             v => v,
         };
-        let xh = if shape.prepared {
-            self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t, wg)?
-        } else {
-            0u64
+        let xh = match (shape.prepared, p.prepared) {
+            (true, Some(order)) if order == wg => self.bufs.xb.ptr,
+            (true, _) => self.prepare_half(prep, p.x, p.x_stride, 0, p.rows, p.norm, p.k, t, wg)?,
+            (false, _) => 0u64,
+        };
+        // The GLU epilogue's 16-bit copy for the next projection (`Proj::half_out`).
+        let (yh, yh_wg) = match p.half_out {
+            Some(order) if p.input == Input::RmsGlu => (self.bufs.xb.ptr, order as i32),
+            _ => (0u64, 0i32),
         };
         let mut a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
         a.token_tiles = shape.token_tiles as i32;
         let splits = shape.splits as i32;
         let blocks = stream_blocks.unwrap_or(tiles * shape.splits);
         let maps = GemmMaps::for_variant(variant, p.w.ptr, p.r, p.k, xh, t)?;
-        let args = a.args(Some(&xh));
+        let args = a.args(Some(&xh)).arg(&yh).arg(&yh_wg);
         let args = if gemm {
             args.arg(&self.bufs.gemm_ws.ptr)
                 .arg(&self.bufs.gemm_done.ptr)
@@ -1804,8 +1821,10 @@ impl CudaBackend {
         let args = GemmMaps::append(maps.as_ref(), args);
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
-        // float* y, int y_stride, int token_tiles), the GEMM's with (float* ws, int* counters,
-        // int splits) after: w holds R×K weights (row-major, or tiled and padded as
+        // float* y, int y_stride, int token_tiles, W* yh, int yh_wg), the GEMM's with
+        // (float* ws, int* counters, int splits) after: yh is null or xb, which holds
+        // max_step_tokens × max(K) 16-bit values (a GLU writes T rows of R / 2) and which no
+        // other kernel of the launch reads; w holds R×K weights (row-major, or tiled and padded as
         // mma_tiled.cu reads them), x and y hold T rows of their strides, xh (when used) the T
         // prepared rows (for wg: in the wgmma order, K a multiple of 64), bias/norm are null
         // or R/K floats; the grid is the row tiles times the token tiles (times the splits); a
@@ -1823,6 +1842,21 @@ impl CudaBackend {
                 args,
             )
         }
+    }
+
+    /// Whether `mma` runs a projection of `t` tokens (`r` × `k`) on inputs prepared in 16 bits,
+    /// and in which order (true: the wgmma GEMM's): what a kernel before it may write in their
+    /// place (`Proj::half_out`). None where another path may take the launch (the GEMV, cuBLAS
+    /// rows) or the inputs are not prepared.
+    fn prepared_order(&self, t: usize, r: usize, k: usize) -> Option<bool> {
+        if self.projections != Projections::Tensor || self.blas.is_some() {
+            return None;
+        }
+        let shape = mma_launch(t, r, k, self.sms as usize, &self.tuning);
+        let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
+        shape
+            .prepared
+            .then_some(gemm && self.tuning.wgmma && k.is_multiple_of(64))
     }
 
     /// The CUDA-core projection (gemv.cu) of `t` tokens.
@@ -1946,6 +1980,8 @@ impl CudaBackend {
             )
         }?;
         let qkv_w = (qd + 2 * kvd) as i32;
+        // down_proj's prepared inputs come from gate|up's epilogue (no to_half launch).
+        let down_input = self.prepared_order(t, h, inter);
         for li in 0..c.num_hidden_layers {
             let l = self.layers[li];
             self.project(
@@ -1965,6 +2001,8 @@ impl CudaBackend {
                     gemm_x_stride: hidden,
                     gemm_y: b.qkv.ptr,
                     gemm_y_stride: qkv_w,
+                    half_out: None,
+                    prepared: None,
                 },
                 t,
                 singles,
@@ -1987,6 +2025,8 @@ impl CudaBackend {
                     gemm_x_stride: qd as i32,
                     gemm_y: b.x.ptr,
                     gemm_y_stride: hidden,
+                    half_out: None,
+                    prepared: None,
                 },
                 t,
                 singles,
@@ -2008,6 +2048,8 @@ impl CudaBackend {
                     gemm_x_stride: hidden,
                     gemm_y: b.gu.ptr,
                     gemm_y_stride: (2 * inter) as i32,
+                    half_out: down_input,
+                    prepared: None,
                 },
                 t,
                 singles,
@@ -2029,6 +2071,8 @@ impl CudaBackend {
                     gemm_x_stride: (2 * inter) as i32,
                     gemm_y: b.x.ptr,
                     gemm_y_stride: hidden,
+                    half_out: None,
+                    prepared: down_input,
                 },
                 t,
                 singles,
@@ -2332,6 +2376,8 @@ impl CudaBackend {
                 gemm_x_stride: h as i32,
                 gemm_y: b.logits.ptr,
                 gemm_y_stride: vocab as i32,
+                half_out: None,
+                prepared: None,
             },
             rows,
         )?;

@@ -210,16 +210,31 @@ struct GlobalPartials {
     }
 };
 
+// Where a merge also writes its outputs rounded to the KV type: the o projection's input as
+// to_half would prepare it (row: the token's row of the prepared inputs, null for none; col0:
+// the group's first column; wg: the wgmma GEMM's order, xhat_at), so that launch needs no
+// to_half (the host's `prepared_order`).
+template <typename KV>
+struct HalfRow {
+    KV* row;
+    int col0, wg;
+    __device__ __forceinline__ void put(int i, float v) const {
+        if (row) narrow(v, row + xhat_at(col0 + i, wg));
+    }
+};
+
 // out[i] for i in [e0, e1) of the group (i = a * head_dim + d: head h0 + a, dimension d), with
 // out[a][d] = sum_z e^(m_z - M) o_z[d] / sum_z e^(m_z - M) l_z over the splits z in order, by the
 // whole block: the heads' weights first (one round trip), then every output element with all its
 // split values loaded at once. Only splits z < nz are read: the others hold no tile (tile i goes
 // to split i mod Z, so the empty splits are the last ones), and an empty split adds exactly
-// nothing (weight 0, l 0) — merging nz or all Z gives the same bits.
-template <int MAXD, typename Partials>
+// nothing (weight 0, l 0) — merging nz or all Z gives the same bits. `half`: out[i] also
+// rounded, for the o projection.
+template <int MAXD, typename Partials, typename KV>
 __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partials& p, int G,
                                              int head_dim, int e0, int e1,
-                                             float* __restrict__ out, int nz) {
+                                             float* __restrict__ out, int nz,
+                                             const HalfRow<KV>& half) {
     const int tid = threadIdx.x;
     // The partial values of this thread's first MERGE_PRE elements load together with the
     // weights' inputs: one round trip for both.
@@ -262,7 +277,9 @@ __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partial
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z)
             if (sh.wz[a][z] != 0.f) o += oz[z] * sh.wz[a][z];
-        out[i] = o / sh.norm[a];
+        const float v = o / sh.norm[a];
+        out[i] = v;
+        half.put(i, v);
     };
 #pragma unroll
     for (int r = 0; r < MERGE_PRE; ++r) {
@@ -279,13 +296,13 @@ __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partial
 }
 
 // Every output element of heads h0 .. h0 + G - 1 of token t from the partials in global memory.
-template <int MAXD>
+template <int MAXD, typename KV>
 __device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float* part_o,
                                               const float* part_ml, size_t t, int heads, int h0,
                                               int G, int head_dim, float* __restrict__ out,
-                                              int nz = ATTN_SPLITS) {
+                                              int nz, const HalfRow<KV>& half) {
     const GlobalPartials p{part_o, part_ml, t, heads, h0, head_dim};
-    merge_splits(sh, p, G, head_dim, 0, G * head_dim, out, nz);
+    merge_splits(sh, p, G, head_dim, 0, G * head_dim, out, nz, half);
 }
 
 // Thread-block clusters (sm_90+): the blocks of a cluster run at once on one GPC and read each
@@ -625,7 +642,8 @@ __device__ __forceinline__ void attn_decode_body(
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
-    float* part_ml, int* __restrict__ done, float* __restrict__ out, const L2Prefetch& pf) {
+    float* part_ml, int* __restrict__ done, float* __restrict__ out, const L2Prefetch& pf,
+    KV* __restrict__ xh, int xh_wg) {
     __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     __shared__ int last;
     if (!decode_split_partial<KV, DIM, false>(sh, meta, qkv, kv, tables, geo, heads, kv_heads,
@@ -645,8 +663,9 @@ __device__ __forceinline__ void attn_decode_body(
     }
     __syncthreads();
     if (!last) return;
+    const HalfRow<KV> half{xh ? xh + (size_t)t * heads * D : nullptr, g * G * D, xh_wg};
     combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D,
-                  out + (size_t)t * heads * D + g * G * D);
+                  out + (size_t)t * heads * D + g * G * D, ATTN_SPLITS, half);
     // Ready for the next step (and the next layer) that uses this counter.
     if (threadIdx.x == 0) done[t * kv_heads + g] = 0;
 }
@@ -781,7 +800,7 @@ __device__ __forceinline__ void attn_decode_serial_body(
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
     float* part_ml, float* __restrict__ out, const L2Prefetch& pf, const TmaMap* kv_map,
-    int kv_tma) {
+    int kv_tma, KV* __restrict__ xh, int xh_wg) {
     __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     // Per warp: the keys' and the values' barrier (tensor copies).
     __shared__ __align__(8) unsigned long long bars[2 * (THREADS / 32)];
@@ -903,8 +922,9 @@ __device__ __forceinline__ void attn_decode_serial_body(
     }
     // Every split's partial written (global memory, visible to the block after the barrier).
     __syncthreads();
+    const HalfRow<KV> half{xh ? xh + (size_t)t * q_dim : nullptr, g * G * D, xh_wg};
     combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D,
-                  nz);
+                  nz, half);
 }
 
 // attn_decode with the Z split blocks of a (token, kv head) launched as one thread-block cluster
@@ -918,7 +938,7 @@ __device__ __forceinline__ void attn_decode_cluster_body(
     KvGeometry geo, int heads, int kv_heads, int head_dim, int window, float scale,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* __restrict__ out,
-    const L2Prefetch& pf) {
+    const L2Prefetch& pf, KV* __restrict__ xh, int xh_wg) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     // The cluster spans z: one (token, kv head), so a padding token leaves the whole cluster.
@@ -932,8 +952,9 @@ __device__ __forceinline__ void attn_decode_cluster_body(
     cluster_sync();
     const int E = G * D, per = (E + Z - 1) / Z;
     const ClusterPartials<ATTN_MAXD(DIM)> p{&sh, D};
+    const HalfRow<KV> half{xh ? xh + (size_t)t * heads * D : nullptr, g * G * D, xh_wg};
     merge_splits(sh, p, G, D, min(E, z * per), min(E, (z + 1) * per),
-                 out + (size_t)t * heads * D + g * G * D, Z);
+                 out + (size_t)t * heads * D + g * G * D, Z, half);
     // No block may leave while another still reads its shared memory.
     cluster_sync();
 #else
@@ -948,7 +969,8 @@ template <typename KV, int DIM>
 __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __restrict__ part_o,
                                                   const float* __restrict__ part_ml, int heads,
                                                   int kv_heads, int head_dim, int window,
-                                                  float* __restrict__ out) {
+                                                  float* __restrict__ out, KV* __restrict__ xh,
+                                                  int xh_wg) {
     __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
     pdl_enter();
     const int t = blockIdx.x, g = blockIdx.y;
@@ -957,8 +979,9 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
     const int pos = meta.position[t];
     const int span = window > 0 ? min(pos + 1, window) : pos + 1;
     const int nz = min(ATTN_SPLITS, (span + ATTN_TILE - 1) / ATTN_TILE);
+    const HalfRow<KV> half{xh ? xh + (size_t)t * heads * D : nullptr, g * G * D, xh_wg};
     combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D,
-                  out + (size_t)t * heads * D + g * G * D, nz);
+                  out + (size_t)t * heads * D + g * G * D, nz, half);
 }
 
 // attn_decode_serial in one block shape: THREADS per block, BLOCKS per SM.
@@ -969,11 +992,11 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
             int heads, int kv_heads, int head_dim, int window, float scale,                     \
             const float* q_norm, const float* k_norm, float eps, const float* cos_t,            \
             const float* sin_t, float* part_o, float* part_ml, float* out, L2Prefetch pf,       \
-            const __grid_constant__ TmaMap kv_map, int kv_tma) {                                \
+            const __grid_constant__ TmaMap kv_map, int kv_tma, KV* xh, int xh_wg) {             \
         attn_decode_serial_body<KV, DIM, THREADS>(meta, qkv, kv, tables, geo, heads, kv_heads,  \
                                                   head_dim, window, scale, q_norm, k_norm, eps, \
                                                   cos_t, sin_t, part_o, part_ml, out, pf,       \
-                                                  &kv_map, kv_tma);                             \
+                                                  &kv_map, kv_tma, xh, xh_wg);                  \
     }
 
 #define ATTN_ENTRY(DT, KV, DIM, SUFFIX)                                                         \
@@ -986,27 +1009,27 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_combine_##DT##SUFFIX(       \
         StepMeta meta, const float* part_o, const float* part_ml, int heads, int kv_heads,      \
-        int head_dim, int window, float* out) {                                                 \
+        int head_dim, int window, float* out, KV* xh, int xh_wg) {                              \
         attn_combine_body<KV, DIM>(meta, part_o, part_ml, heads, kv_heads, head_dim, window,    \
-                                   out);                                                        \
+                                   out, xh, xh_wg);                                             \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_##DT##SUFFIX(        \
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
         int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
         const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* part_o,  \
-        float* part_ml, int* done, float* out, L2Prefetch pf) {                                 \
+        float* part_ml, int* done, float* out, L2Prefetch pf, KV* xh, int xh_wg) {              \
         attn_decode_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads, head_dim,        \
                                   window, scale, q_norm, k_norm, eps, cos_t, sin_t, part_o,     \
-                                  part_ml, done, out, pf);                                      \
+                                  part_ml, done, out, pf, xh, xh_wg);                           \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_cluster_##DT##SUFFIX( \
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
         int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
         const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* out,     \
-        L2Prefetch pf) {                                                                        \
+        L2Prefetch pf, KV* xh, int xh_wg) {                                                     \
         attn_decode_cluster_body<KV, DIM>(meta, qkv, kv, tables, geo, heads, kv_heads,          \
                                           head_dim, window, scale, q_norm, k_norm, eps, cos_t,  \
-                                          sin_t, out, pf);                                      \
+                                          sin_t, out, pf, xh, xh_wg);                           \
     }                                                                                           \
     ATTN_SERIAL_ENTRY(DT, KV, DIM, SUFFIX, , ATTN_THREADS, 1)                                     \
     ATTN_SERIAL_ENTRY(DT, KV, DIM, SUFFIX, _pair, ATTN_SERIAL_PAIR_THREADS, 2)

@@ -1210,6 +1210,7 @@ impl CudaBackend {
             attn,
             gu,
             act,
+            xb,
             attn_done,
             gemm_done,
             tables,
@@ -1980,7 +1981,11 @@ impl CudaBackend {
             )
         }?;
         let qkv_w = (qd + 2 * kvd) as i32;
-        // down_proj's prepared inputs come from gate|up's epilogue (no to_half launch).
+        // down_proj's prepared inputs come from gate|up's epilogue, and o's from the attention's
+        // merge (no to_half launch). o's only in the wgmma GEMM's order (32+ tokens): with the
+        // row-major kernels of 3–31 tokens too, batch 8 went 4.86 → 4.92 ms per step against
+        // 330f13d, where down's alone had gone 4.90 → 4.87 (H200, qwen3-8b; not traced).
+        let o_input = self.prepared_order(t, h, qd).filter(|&wg| wg);
         let down_input = self.prepared_order(t, h, inter);
         for li in 0..c.num_hidden_layers {
             let l = self.layers[li];
@@ -2007,7 +2012,7 @@ impl CudaBackend {
                 t,
                 singles,
             )?;
-            self.enqueue_attention(li, t, singles)?;
+            self.enqueue_attention(li, t, singles, o_input)?;
             self.project(
                 Proj {
                     input: Input::PlainAdd,
@@ -2026,7 +2031,7 @@ impl CudaBackend {
                     gemm_y: b.x.ptr,
                     gemm_y_stride: hidden,
                     half_out: None,
-                    prepared: None,
+                    prepared: o_input,
                 },
                 t,
                 singles,
@@ -2092,19 +2097,33 @@ impl CudaBackend {
         li: usize,
         t: usize,
         singles: usize,
+        half: Option<bool>,
     ) -> Result<(), BackendError> {
         if singles == t {
-            return self.enqueue_decode_attention(li, t, true);
+            return self.enqueue_decode_attention(li, t, true, half);
         }
         // In attn_prefill a block takes many tokens and walks each sequence's tiles in turn:
         // a block of decode tokens of different sequences would walk them one after another.
         let off = if singles > 0 && self.tuning.mixed_decode_attention {
-            self.enqueue_decode_attention(li, singles, false)?;
+            self.enqueue_decode_attention(li, singles, false, half)?;
             singles
         } else {
             0
         };
-        self.enqueue_prompt_attention(li, off, t - off)
+        self.enqueue_prompt_attention(li, off, t - off, half)
+    }
+
+    /// Where the attention of the step's rows from `off` on also writes its outputs rounded to
+    /// 16 bits for the o projection, in the order `half` (`prepared_order`), as the kernels take
+    /// it: (null, 0) for none.
+    fn half_rows(&self, half: Option<bool>, off: usize) -> (u64, i32) {
+        match half {
+            Some(wg) => {
+                let row = self.config.q_dim() * self.dtype.size();
+                (self.bufs.xb.at(off * row), wg as i32)
+            }
+            None => (0, 0),
+        }
     }
 
     /// The model's scalars every attention kernel takes, as the kernels take them.
@@ -2128,6 +2147,7 @@ impl CudaBackend {
         li: usize,
         t: usize,
         prefetch: bool,
+        half: Option<bool>,
     ) -> Result<(), BackendError> {
         let AttnScalars {
             heads,
@@ -2208,18 +2228,21 @@ impl CudaBackend {
         } else {
             args
         };
+        let (xh, xh_wg) = self.half_rows(half, 0);
+        let args = args.arg(&xh).arg(&xh_wg);
         let grid = (t as u32, kv_heads as u32, splits);
         // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
         // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
         // const float* q_norm, const float* k_norm, float eps, const float* cos,
         // const float* sin, float* part_o, float* part_ml, int* done, float* out,
-        // L2Prefetch pf); attn_decode_serial_* the same without `done` and with the KV
-        // pool's tensor map (by value, encoded over the whole pool) and its flag after pf,
-        // attn_decode_cluster_* without part_o, part_ml and done (launched in clusters of
+        // L2Prefetch pf, KV* xh, int xh_wg); attn_decode_serial_* the same without `done` and
+        // with the KV pool's tensor map (by value, encoded over the whole pool) and its flag
+        // between pf and xh, attn_decode_cluster_* without part_o, part_ml and done (launched in clusters of
         // the ATTN_SPLITS blocks of a token and kv head, which grid z spans exactly): as
         // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters
-        // (zero between launches); out holds max_step_tokens × q_dim floats; pf holds
-        // ranges of live weight buffers (a prefetch reads nothing into the kernel).
+        // (zero between launches); out holds max_step_tokens × q_dim floats and xh (null or
+        // in xb) as many 16-bit values; pf holds ranges of live weight buffers (a prefetch
+        // reads nothing into the kernel).
         unsafe {
             if cluster {
                 let dims = (1, 1, ATTN_SPLITS);
@@ -2244,6 +2267,7 @@ impl CudaBackend {
         li: usize,
         off: usize,
         t: usize,
+        half: Option<bool>,
     ) -> Result<(), BackendError> {
         let AttnScalars {
             heads,
@@ -2324,10 +2348,12 @@ impl CudaBackend {
         // model's group size, grid z ≤ ATTN_SPLITS): partial buffers hold max_step_tokens ×
         // heads × ATTN_SPLITS entries; reads stay within positions the block tables cover.
         unsafe { self.gpu.launch(kernel, grid, ATTN_THREADS, args) }?;
+        let (xh, xh_wg) = self.half_rows(half, off);
         // SAFETY: attn_combine_*(StepMeta, const float* part_o, const float* part_ml,
-        // int heads, int kv_heads, int head_dim, int window, float* out): same partial layout
-        // (it reads the splits with a tile of the token's span, the ones written above); out
-        // holds max_step_tokens × q_dim floats.
+        // int heads, int kv_heads, int head_dim, int window, float* out, KV* xh, int xh_wg):
+        // same partial layout (it reads the splits with a tile of the token's span, the ones
+        // written above); out holds max_step_tokens × q_dim floats, xh (null or in xb) as many
+        // 16-bit values.
         unsafe {
             self.gpu.launch(
                 self.k.attn_combine,
@@ -2341,7 +2367,9 @@ impl CudaBackend {
                     .arg(&kv_heads)
                     .arg(&hd)
                     .arg(&window)
-                    .arg(&attn),
+                    .arg(&attn)
+                    .arg(&xh)
+                    .arg(&xh_wg),
             )
         }?;
         Ok(())

@@ -1778,10 +1778,8 @@ impl CudaBackend {
         t: usize,
     ) -> Result<(), BackendError> {
         let shape = mma_launch(t, p.r, p.k, self.sms as usize, &self.tuning);
-        // The GEMM on wgmma where it can run (K a multiple of 64): same tiles and bits, inputs
-        // in its order.
         let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
-        let wg = gemm && self.tuning.wgmma && p.k.is_multiple_of(64);
+        let wg = self.wgmma_inputs(&shape, p.k);
         let tiles = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles;
         let stream_blocks = if wg && shape.variant == MMA_GEMM_NARROW {
             let (t, s) = (tiles as usize, shape.splits as usize);
@@ -1854,10 +1852,15 @@ impl CudaBackend {
             return None;
         }
         let shape = mma_launch(t, r, k, self.sms as usize, &self.tuning);
-        let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
-        shape
-            .prepared
-            .then_some(gemm && self.tuning.wgmma && k.is_multiple_of(64))
+        shape.prepared.then(|| self.wgmma_inputs(&shape, k))
+    }
+
+    /// Whether a launch of `shape` over `k` columns runs the GEMM on wgmma (where it can run:
+    /// K a multiple of 64; the same tiles and bits), which reads its inputs in its own order.
+    fn wgmma_inputs(&self, shape: &MmaLaunch, k: usize) -> bool {
+        matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW)
+            && self.tuning.wgmma
+            && k.is_multiple_of(64)
     }
 
     /// The CUDA-core projection (gemv.cu) of `t` tokens.
@@ -2237,8 +2240,9 @@ impl CudaBackend {
         // const float* sin, float* part_o, float* part_ml, int* done, float* out,
         // L2Prefetch pf, KV* xh, int xh_wg); attn_decode_serial_* the same without `done` and
         // with the KV pool's tensor map (by value, encoded over the whole pool) and its flag
-        // between pf and xh, attn_decode_cluster_* without part_o, part_ml and done (launched in clusters of
-        // the ATTN_SPLITS blocks of a token and kv head, which grid z spans exactly): as
+        // between pf and xh, attn_decode_cluster_* without part_o, part_ml and done
+        // (launched in clusters of the ATTN_SPLITS blocks of a token and kv head, which grid
+        // z spans exactly): as
         // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters
         // (zero between launches); out holds max_step_tokens × q_dim floats and xh (null or
         // in xb) as many 16-bit values; pf holds ranges of live weight buffers (a prefetch

@@ -108,7 +108,8 @@ fn decode_steps_allocate_nothing_after_warm_up() {
         },
     )
     .unwrap();
-    let tables: [Vec<u32>; 3] = [(0..8).collect(), (8..16).collect(), (16..24).collect()];
+    // 12 pages of 4 positions each: the 3 + 40 steps of a release build (10 in debug).
+    let tables: [Vec<u32>; 3] = [(0..12).collect(), (12..24).collect(), (24..36).collect()];
     let mut pos = [0u32; 3];
     let mut input = [[1u32], [2], [3]];
     for (i, p) in pos.iter_mut().enumerate() {

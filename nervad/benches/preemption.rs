@@ -129,6 +129,7 @@ fn run(
         kv_budget_bytes: pages * args.page_tokens * kv_bytes_per_token(&model.config, 4),
         threads: args.threads,
         max_step_tokens: args.step_tokens,
+        prefill_chunk: 0,
         page_tokens: args.page_tokens,
         max_queued: args.seqs,
         preemption,

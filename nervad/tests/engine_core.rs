@@ -17,9 +17,13 @@ fn scripted(script: &[u32]) -> Engine {
     )
 }
 
+/// Step until done, sleeping through the engine's holds as the engine thread does.
 fn run(engine: &mut Engine, rec: &mut Recorder) {
     let mut guard = 0;
     while engine.step(rec) {
+        if let Some(until) = engine.hold_until() {
+            std::thread::sleep(until.saturating_duration_since(std::time::Instant::now()));
+        }
         guard += 1;
         assert!(guard < 1000, "engine did not finish");
     }
@@ -562,7 +566,12 @@ fn cancellation_and_client_death_free_pages_at_the_next_step() {
             "overlap {overlap}: death freed pages at once"
         );
         e.cancel(a);
+        // On a backend that keeps a step in flight, one call collects it and the next plans
+        // (the cancel is taken there).
         e.step(&mut rec);
+        if overlap {
+            e.step(&mut rec);
+        }
         assert_eq!(rec.done(a, 0), vec![FinishReason::Cancelled]);
         // Only b holds pages now (at most 5: 9 + 8 positions plus one launched ahead).
         assert!(
@@ -574,6 +583,85 @@ fn cancellation_and_client_death_free_pages_at_the_next_step() {
         assert_eq!(rec.done(b, 0), vec![FinishReason::Length]);
         assert!(rec.done(c, 0).is_empty());
         assert_eq!(e.free_pages(), total);
+    }
+}
+
+/// After a step in which a request finished, with another step in flight, the engine holds
+/// its next launch ahead (up to 2 ms, at most half a step's device time) for the client's next
+/// request: submitted then, it joins the step right after the one in flight, where a launch
+/// ahead would have made it wait a step more; with nothing submitted, the launch ahead goes
+/// out once the hold ends. A call that collects a step plans nothing: what the caller passes
+/// in after it (here c) is in the next step.
+#[test]
+fn a_follow_up_request_joins_the_next_step() {
+    for submit in [true, false] {
+        let mut backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'a'); 40]);
+        backend.overlap = true;
+        backend.step_gpu_ns = 20_000_000;
+        let log = backend.log.clone();
+        let ahead = backend.launched_ahead.clone();
+        let mut e = Engine::new(
+            scripted_model(),
+            Box::new(backend),
+            EngineOptions::default(),
+        );
+        let mut rec = Recorder::default();
+        let (a, b, c) = (key(1, 1), key(2, 1), key(1, 2));
+        e.submit(request(a, Prompt::Tokens(vec![1; 5]), 3)).unwrap();
+        e.submit(request(b, Prompt::Tokens(vec![2; 5]), 30))
+            .unwrap();
+        let mut guard = 0;
+        while rec.done(a, 0).is_empty() {
+            assert!(e.step(&mut rec));
+            guard += 1;
+            assert!(guard < 100, "a did not finish");
+        }
+        let until = e
+            .hold_until()
+            .expect("a finished with a step in flight: a hold");
+        let launched = log.lock().unwrap().len();
+        let ahead_before = ahead.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(e.step(&mut rec));
+        assert_eq!(
+            log.lock().unwrap().len(),
+            launched,
+            "held: nothing launched"
+        );
+        if submit {
+            e.submit(request(c, Prompt::Tokens(vec![3; 5]), 2)).unwrap();
+            assert_eq!(e.follow_ups(), (1, 0));
+            // The submission ends the hold: one call collects the step in flight and launches
+            // nothing, the next plans a step with c's prompt in it.
+            e.step(&mut rec);
+            assert_eq!(
+                log.lock().unwrap().len(),
+                launched,
+                "nothing launched past c"
+            );
+            assert_eq!(e.follow_ups(), (1, 1));
+            e.step(&mut rec);
+            let log = log.lock().unwrap();
+            assert_eq!(log.len(), launched + 1);
+            assert!(
+                log[launched].iter().any(|&(_, n, _)| n == 5),
+                "c's prompt in the next step: {:?}",
+                log[launched]
+            );
+        } else {
+            std::thread::sleep(until.saturating_duration_since(std::time::Instant::now()));
+            e.step(&mut rec);
+            assert_eq!(log.lock().unwrap().len(), launched + 1, "launched ahead");
+            assert_eq!(e.follow_ups(), (1, 0));
+            assert_eq!(
+                ahead.load(std::sync::atomic::Ordering::Relaxed),
+                ahead_before + 1
+            );
+        }
+        run(&mut e, &mut rec);
+        assert_eq!(rec.done(b, 0), vec![FinishReason::Length]);
+        if submit {
+            assert_eq!(rec.done(c, 0), vec![FinishReason::Length]);
+        }
     }
 }
 

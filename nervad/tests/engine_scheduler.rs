@@ -276,6 +276,71 @@ fn chunked_prefill_gives_identical_outputs() {
     }
 }
 
+/// Steps until `k` has its first token, serving `reqs` on `options`.
+fn steps_to_first_token(options: EngineOptions, reqs: &[GenerateRequest], k: RequestKey) -> usize {
+    let mut e = Engine::with_cpu_backend(model(3), options).unwrap();
+    let mut rec = Recorder::default();
+    for r in reqs {
+        e.submit(r.clone()).unwrap();
+    }
+    for step in 1..5000 {
+        assert!(e.step(&mut rec), "engine finished before {k:?} had a token");
+        if rec
+            .events
+            .iter()
+            .any(|ev| matches!(ev, Ev::Tokens(kk, ..) if *kk == k))
+        {
+            return step;
+        }
+    }
+    panic!("{k:?} had no token");
+}
+
+/// `prefill_chunk` caps the prompt tokens of a step, whatever room the step budget leaves: a
+/// 33-token prompt takes ceil(33 / 5) = 7 steps to its first token under a chunk of 5 (one step
+/// under a budget of 64 without a chunk), and beside the decoding requests of `workload` every
+/// output keeps its bits.
+#[test]
+fn prefill_chunk_caps_prompt_tokens_per_step() {
+    let mut reqs = workload();
+    let mut long = request(
+        key(1, 20),
+        Prompt::Tokens((0..33).map(|t| (t * 11) % 256).collect()),
+        8,
+    );
+    long.stop.ignore_eos = true;
+    let whole = EngineOptions {
+        max_step_tokens: 64,
+        ..options(96)
+    };
+    let chunked = EngineOptions {
+        prefill_chunk: 5,
+        ..whole
+    };
+    // The long prompt alone first: its chunks are the only prompt tokens of their steps.
+    assert_eq!(
+        steps_to_first_token(whole, std::slice::from_ref(&long), long.key),
+        1
+    );
+    assert_eq!(
+        steps_to_first_token(chunked, std::slice::from_ref(&long), long.key),
+        7
+    );
+    reqs.push(long);
+    let (want, _) = serve_with(whole, &reqs);
+    let (got, _) = serve_with(chunked, &reqs);
+    for r in &reqs {
+        for s in 0..r.n_samples {
+            assert_eq!(
+                outputs(&got, r.key, s),
+                outputs(&want, r.key, s),
+                "{:?} {s}",
+                r.key
+            );
+        }
+    }
+}
+
 /// Prefix sharing across requests and clients: a 24-token prefix (6 full pages) prefilled for
 /// one client's request stays cached after it ends; two other clients' requests with that
 /// prefix take those pages instead of prefilling them, hold them once (6 shared pages, 9

@@ -286,6 +286,12 @@ pub trait InferenceEngine: Send {
     fn info(&self) -> EngineInfo;
     /// Number of requests admitted and not yet finished.
     fn in_flight(&self) -> usize;
+    /// While `step` has work it is holding back for a command that may arrive (a finished
+    /// request's client submitting its next), when it stops waiting: the caller may sleep until
+    /// then or the next command instead of calling `step` again at once.
+    fn hold_until(&self) -> Option<Instant> {
+        None
+    }
 
     /// Store the engine's live figures (KV pages, scheduler counts, the backend's device
     /// ledger) into `gauges`; the engine thread calls this after every step, admin replies read
@@ -337,6 +343,10 @@ pub struct EngineGauges {
     pub preempted: std::sync::atomic::AtomicU64,
     /// Preemptions since start.
     pub preemptions: std::sync::atomic::AtomicU64,
+    /// Launches ahead held for a finished request's client to submit again, since start.
+    pub follow_up_holds: std::sync::atomic::AtomicU64,
+    /// Of those, holds that a submission ended (it joined the next step).
+    pub follow_ups_caught: std::sync::atomic::AtomicU64,
     /// Samples preempted with their KV pages in the host swap area, waiting to swap back in.
     pub swapped: std::sync::atomic::AtomicU64,
     /// Sequences swapped out to the host since start.
@@ -432,6 +442,8 @@ impl EngineGauges {
             "parked": self.parked.load(Relaxed),
             "preempted": self.preempted.load(Relaxed),
             "preemptions": self.preemptions.load(Relaxed),
+            "follow_up_holds": self.follow_up_holds.load(Relaxed),
+            "follow_ups_caught": self.follow_ups_caught.load(Relaxed),
             "swapped": self.swapped.load(Relaxed),
             "swap_outs": self.swap_outs.load(Relaxed),
             "swap_ins": self.swap_ins.load(Relaxed),

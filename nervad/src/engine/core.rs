@@ -93,6 +93,9 @@ pub struct EngineOptions {
     pub threads: usize,
     /// Most tokens per step (decode tokens plus prefill chunks).
     pub max_step_tokens: usize,
+    /// Most prompt tokens per step, on top of the decode tokens (still within
+    /// `max_step_tokens`); 0: only `max_step_tokens` bounds them.
+    pub prefill_chunk: usize,
     /// Tokens per KV page.
     pub page_tokens: usize,
     /// Most requests waiting for admission before `submit` answers `Busy`.
@@ -112,6 +115,7 @@ impl Default for EngineOptions {
             kv_budget_bytes: 1 << 30,
             threads: 0,
             max_step_tokens: 256,
+            prefill_chunk: 0,
             page_tokens: 16,
             max_queued: 1024,
             preemption: Preemption::Swap,
@@ -365,6 +369,8 @@ pub struct Engine {
     read_bandwidth: Option<f64>,
     device: String,
     limits: BackendLimits,
+    /// Most prompt tokens per step (`EngineOptions::prefill_chunk`; usize::MAX for no cap).
+    prefill_chunk: usize,
     max_queued: usize,
     pool: KvPagePool,
     requests: Vec<Option<Request>>,
@@ -403,7 +409,20 @@ pub struct Engine {
     launched_head: usize,
     launched_len: usize,
     prefill_order: Vec<usize>,
+    /// Until when the speculative step waits for a finished request's client to submit its
+    /// next one (`FOLLOW_UP_HOLD`); None: no wait.
+    hold_until: Option<Instant>,
+    /// Holds started and holds a submission ended, since start.
+    follow_up_holds: u64,
+    follow_ups_caught: u64,
 }
+
+/// Longest a step launched ahead waits, after a step in which requests finished, for their
+/// clients' next requests. Such a client often submits again at once (a closed loop: agents,
+/// rollouts, chat turns); a step launched ahead before its request arrives leaves the request
+/// two steps to wait instead of one. The device stays busy with the step in flight meanwhile:
+/// the wait is also at most half of the last step's device time.
+const FOLLOW_UP_HOLD: std::time::Duration = std::time::Duration::from_millis(2);
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -456,6 +475,10 @@ impl Engine {
             read_bandwidth: None,
             device: info.device,
             limits,
+            prefill_chunk: match options.prefill_chunk {
+                0 => usize::MAX,
+                n => n,
+            },
             max_queued: options.max_queued.max(1),
             pool: KvPagePool::new(limits.num_pages, limits.page_tokens),
             requests: Vec::new(),
@@ -485,6 +508,9 @@ impl Engine {
             launched_len: 0,
             entries: Vec::with_capacity(limits.max_seqs),
             prefill_order: Vec::with_capacity(limits.max_seqs),
+            hold_until: None,
+            follow_up_holds: 0,
+            follow_ups_caught: 0,
         }
     }
 
@@ -555,6 +581,12 @@ impl Engine {
     /// Sequences preempted (pages swapped out or freed for recompute) since start.
     pub fn preemptions(&self) -> u64 {
         self.preemptions
+    }
+
+    /// Launches ahead held for follow-up requests since start, and how many of those holds a
+    /// submission ended (`FOLLOW_UP_HOLD`).
+    pub fn follow_ups(&self) -> (u64, u64) {
+        (self.follow_up_holds, self.follow_ups_caught)
     }
 
     /// Sequences whose pages were swapped out to the host, since start.
@@ -1226,6 +1258,7 @@ impl Engine {
         let now = Instant::now();
         let report = self.out.report;
         let batch = self.entries.len();
+        let requests_before = self.by_key.len();
         for i in 0..self.entries.len() {
             let entry = self.entries[i];
             let current = {
@@ -1265,6 +1298,13 @@ impl Engine {
                 }
             }
         }
+        // Requests ended and a step is still in flight: hold the next launch ahead briefly for
+        // their clients' next requests (`FOLLOW_UP_HOLD`).
+        let hold = FOLLOW_UP_HOLD.min(std::time::Duration::from_nanos(report.gpu_ns / 2));
+        self.hold_until =
+            (self.by_key.len() < requests_before && self.launched_len == 1 && !hold.is_zero())
+                .then(|| now + hold);
+        self.follow_up_holds += u64::from(self.hold_until.is_some());
     }
 
     /// `slot` prefilled all it had to: a fork's primary forks its request's samples; any other
@@ -1413,12 +1453,22 @@ impl InferenceEngine for Engine {
             // A step is in flight: launch the next decode step first when it can be formed
             // without that step's tokens (they stay on the device), then learn them.
             if self.launched_len == 1 {
+                if let Some(until) = self.hold_until.take()
+                    && Instant::now() < until
+                {
+                    if self.queue.is_empty() {
+                        self.hold_until = Some(until);
+                        return true;
+                    }
+                    self.follow_ups_caught += 1;
+                }
                 self.launch_speculative(sink);
             }
             self.collect_oldest(sink);
-            if self.launched_len > 0 {
-                return true;
-            }
+            // Planning waits for the next call: the caller first passes in what arrived while
+            // this one waited for the device (a submission planned now would wait a whole step
+            // more).
+            return true;
         }
         let now = Instant::now();
         self.process_cancels(sink);
@@ -1502,6 +1552,11 @@ impl InferenceEngine for Engine {
         self.by_key.len()
     }
 
+    fn hold_until(&self) -> Option<Instant> {
+        self.hold_until
+            .filter(|&until| self.launched_len == 1 && Instant::now() < until)
+    }
+
     fn publish(&self, g: &super::api::EngineGauges) {
         use std::sync::atomic::Ordering::{Relaxed, Release};
         let total = self.limits.num_pages as u64;
@@ -1522,6 +1577,8 @@ impl InferenceEngine for Engine {
             .store(self.parked.len() as u64 - preempted - swapped, Relaxed);
         g.preempted.store(preempted, Relaxed);
         g.preemptions.store(self.preemptions, Relaxed);
+        g.follow_up_holds.store(self.follow_up_holds, Relaxed);
+        g.follow_ups_caught.store(self.follow_ups_caught, Relaxed);
         g.swapped.store(swapped, Relaxed);
         g.swap_outs.store(self.swap.outs, Relaxed);
         g.swap_ins.store(self.swap.ins, Relaxed);

@@ -117,6 +117,15 @@ struct ServeArgs {
     /// token), 256 on the CPU.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_step_tokens: Option<u32>,
+    /// Most prompt tokens one step computes, on top of its decode tokens (within
+    /// --max-step-tokens); 0: only --max-step-tokens bounds them. Smaller chunks make shorter
+    /// steps, so waiting prompts start sooner and decoding streams stall less, at some cost in
+    /// throughput. Default: 512 on a GPU (measured on an H200, qwen3-8b, 64 closed-loop streams
+    /// of 512-token prompts: median time to the first token 62–91 ms against 130 with 0, for
+    /// 3.6% fewer tokens per second; 256 and 768 were slower to the first token; at 256 streams
+    /// 0 gives 22% more tokens per second), 0 on the CPU.
+    #[arg(long)]
+    prefill_chunk: Option<u32>,
     /// Longest sequence served (0 = the model's max_position_embeddings).
     #[arg(long, default_value_t = 0)]
     max_context: usize,
@@ -251,21 +260,29 @@ fn parse_swap_space(s: &str) -> Result<SwapSpaceArg, String> {
 /// weights and clients' segments need the rest); 4GiB when that cannot be read.
 const AUTO_SWAP_BYTES: u64 = 4 << 30;
 
-/// `--max-batch` and `--max-step-tokens`, or the defaults of the backend that will serve: a
+/// The GPU's default `--prefill-chunk` (its doc says why).
+const GPU_PREFILL_CHUNK: usize = 512;
+
+/// `--max-batch`, `--max-step-tokens` and `--prefill-chunk`, or the defaults of the backend that will serve: a
 /// GPU is worth a wider batch and longer steps than the CPU reference. Under `auto` a usable
 /// device counts as the GPU (should the CUDA backend then refuse the model, the CPU serves
 /// with the GPU's limits; both are only bounds).
-fn batch_limits(args: &ServeArgs) -> (usize, usize) {
+fn batch_limits(args: &ServeArgs) -> (usize, usize, usize) {
     use crate::backend::BackendChoice;
     let gpu = match args.backend {
         BackendChoice::Cpu => false,
         BackendChoice::Cuda => true,
         BackendChoice::Auto => crate::backend::cuda::probe(args.device).is_ok(),
     };
-    let (batch, step) = if gpu { (64, 1024) } else { (16, 256) };
+    let (batch, step, chunk) = if gpu {
+        (64, 1024, GPU_PREFILL_CHUNK)
+    } else {
+        (16, 256, 0)
+    };
     (
         args.max_batch.map_or(batch, |b| b as usize),
         args.max_step_tokens.map_or(step, |s| s as usize),
+        args.prefill_chunk.map_or(chunk, |c| c as usize),
     )
 }
 
@@ -414,11 +431,12 @@ fn build_engine(args: &ServeArgs) -> Result<BuiltEngine, String> {
             if args.test_step_us != 0 {
                 tracing::warn!("--test-step-us only applies to --engine test; ignored");
             }
-            let (max_batch, max_step_tokens) = batch_limits(args);
+            let (max_batch, max_step_tokens, prefill_chunk) = batch_limits(args);
             let options = crate::engine::EngineOptions {
                 max_batch,
                 max_queued: args.max_queued as usize,
                 max_step_tokens,
+                prefill_chunk,
                 max_context: args.max_context,
                 kv_budget_bytes,
                 threads: args.threads,
@@ -573,9 +591,12 @@ mod tests {
                 .expect("parse");
             batch_limits(&cli.serve)
         };
-        assert_eq!(limits(&["--backend", "cpu"]), (16, 256));
+        assert_eq!(limits(&["--backend", "cpu"]), (16, 256, 0));
         // A CUDA backend asked for by name gets the GPU's defaults (whether or not it can run).
-        assert_eq!(limits(&["--backend", "cuda"]), (64, 1024));
+        assert_eq!(
+            limits(&["--backend", "cuda"]),
+            (64, 1024, GPU_PREFILL_CHUNK)
+        );
         assert_eq!(
             limits(&[
                 "--backend",
@@ -583,11 +604,16 @@ mod tests {
                 "--max-batch",
                 "8",
                 "--max-step-tokens",
-                "512"
+                "512",
+                "--prefill-chunk",
+                "256"
             ]),
-            (8, 512)
+            (8, 512, 256)
         );
-        assert_eq!(limits(&["--backend", "cpu", "--max-batch", "3"]), (3, 256));
+        assert_eq!(
+            limits(&["--backend", "cpu", "--max-batch", "3"]),
+            (3, 256, 0)
+        );
         assert!(Cli::try_parse_from(["nervad", "--max-step-tokens", "0"]).is_err());
     }
 }

@@ -347,6 +347,15 @@ impl EngineWorker {
             if produced {
                 wake();
             }
+            if more
+                && let Some(until) = engine.hold_until()
+                && commands.is_empty()
+            {
+                // The engine holds its next launch for a command: sleep until one comes (the
+                // poll thread unparks us) or the hold ends.
+                std::thread::park_timeout(until.saturating_duration_since(Instant::now()));
+                continue;
+            }
             if !more && commands.is_empty() {
                 if commands.is_abandoned() {
                     return;

@@ -288,6 +288,8 @@ pub struct ScriptedBackend {
     pub prefill_launched_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// Launches of any step while another was in flight.
     pub launched_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The device time every step reports (`StepReport::gpu_ns`).
+    pub step_gpu_ns: u64,
     /// Token at each (page, offset) written so far; `u32::MAX` = never written.
     kv: Vec<u32>,
     /// The host swap area in the same form (`limits.swap_pages` pages); a slot swapped back in
@@ -312,6 +314,7 @@ impl ScriptedBackend {
             kv_model: false,
             prefill_launched_ahead: Default::default(),
             launched_ahead: Default::default(),
+            step_gpu_ns: 0,
             kv: vec![u32::MAX; limits.num_pages * limits.page_tokens],
             swap: vec![u32::MAX; limits.swap_pages * limits.page_tokens],
             last_sample: vec![0; limits.max_seqs],
@@ -475,6 +478,7 @@ impl Backend for ScriptedBackend {
         };
         out.samples.clear();
         out.samples.extend_from_slice(&samples);
+        out.report.gpu_ns = self.step_gpu_ns;
         Ok(())
     }
     fn in_flight(&self) -> usize {

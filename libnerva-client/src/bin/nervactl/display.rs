@@ -284,7 +284,7 @@ pub const CLIENT_TOKEN_COLUMNS: [Column; 4] = [
 ];
 
 /// The engine's live gauges and the backend's cumulative device ledger in `stats`.
-pub const LIVE_FIELDS: [(&str, Show); 31] = [
+pub const LIVE_FIELDS: [(&str, Show); 33] = [
     ("engine.live.kv_pages_used", Show::Text),
     ("engine.live.kv_pages_free", Show::Text),
     ("engine.live.kv_pages_peak", Show::Text),
@@ -296,6 +296,8 @@ pub const LIVE_FIELDS: [(&str, Show); 31] = [
     ("engine.live.parked", Show::Text),
     ("engine.live.preempted", Show::Text),
     ("engine.live.preemptions", Show::Text),
+    ("engine.live.follow_up_holds", Show::Text),
+    ("engine.live.follow_ups_caught", Show::Text),
     ("engine.live.swapped", Show::Text),
     ("engine.live.swap_outs", Show::Text),
     ("engine.live.swap_ins", Show::Text),

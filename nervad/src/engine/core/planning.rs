@@ -86,6 +86,8 @@ impl Engine {
 
         self.plan_prefill_order();
         let pt = self.limits.page_tokens;
+        // Prompt chunks take what the decode tokens left, up to the prefill chunk.
+        let mut budget = budget.min(self.prefill_chunk);
         for i in 0..self.prefill_order.len() {
             if budget == 0 || self.entries.len() >= self.limits.max_seqs {
                 break;
@@ -231,6 +233,7 @@ impl Engine {
         self.entries.clear();
         let mut new_pages = 0usize;
         let mut budget = self.limits.max_step_tokens;
+        let mut prompt_budget = self.prefill_chunk;
         for e in prev {
             let seq = &self.seqs[e.slot as usize];
             if !seq.active || seq.epoch != e.epoch || seq.request != e.request {
@@ -258,7 +261,9 @@ impl Engine {
                 }
                 1
             } else {
-                (seq.prefill_to - at).min(budget)
+                let chunk = (seq.prefill_to - at).min(budget).min(prompt_budget);
+                prompt_budget -= chunk;
+                chunk
             };
             if next == 0 || budget < next {
                 return;

@@ -241,17 +241,23 @@ fn a_swapped_requests_client_dying_frees_its_host_pages() {
     end_while_swapped(|e, reqs| e.drop_client(reqs[0].key.client), &[0, 3]);
 }
 
-/// Chunked prefill (a 5-token budget: 33-token prompts in 7 chunks, chunks sharing steps with
-/// decodes) gives exactly the tokens and log-probability bits of whole-prompt prefill.
-#[test]
-fn chunked_prefill_gives_identical_outputs() {
-    let mut reqs = workload();
+/// A 33-token prompt of client 1 asking for 8 tokens (ignore_eos): 7 chunks of 5.
+fn long_prompt() -> GenerateRequest {
     let mut long = request(
         key(1, 20),
         Prompt::Tokens((0..33).map(|t| (t * 11) % 256).collect()),
         8,
     );
     long.stop.ignore_eos = true;
+    long
+}
+
+/// Chunked prefill (a 5-token budget: 33-token prompts in 7 chunks, chunks sharing steps with
+/// decodes) gives exactly the tokens and log-probability bits of whole-prompt prefill.
+#[test]
+fn chunked_prefill_gives_identical_outputs() {
+    let mut reqs = workload();
+    let long = long_prompt();
     reqs.push(long);
     let whole = EngineOptions {
         max_step_tokens: 64,
@@ -303,12 +309,7 @@ fn steps_to_first_token(options: EngineOptions, reqs: &[GenerateRequest], k: Req
 #[test]
 fn prefill_chunk_caps_prompt_tokens_per_step() {
     let mut reqs = workload();
-    let mut long = request(
-        key(1, 20),
-        Prompt::Tokens((0..33).map(|t| (t * 11) % 256).collect()),
-        8,
-    );
-    long.stop.ignore_eos = true;
+    let long = long_prompt();
     let whole = EngineOptions {
         max_step_tokens: 64,
         ..options(96)

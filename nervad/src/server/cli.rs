@@ -263,10 +263,10 @@ const AUTO_SWAP_BYTES: u64 = 4 << 30;
 /// The GPU's default `--prefill-chunk` (its doc says why).
 const GPU_PREFILL_CHUNK: usize = 512;
 
-/// `--max-batch`, `--max-step-tokens` and `--prefill-chunk`, or the defaults of the backend that will serve: a
-/// GPU is worth a wider batch and longer steps than the CPU reference. Under `auto` a usable
-/// device counts as the GPU (should the CUDA backend then refuse the model, the CPU serves
-/// with the GPU's limits; both are only bounds).
+/// `--max-batch`, `--max-step-tokens` and `--prefill-chunk`, or the defaults of the backend
+/// that will serve: a GPU is worth a wider batch and longer steps than the CPU reference. Under
+/// `auto` a usable device counts as the GPU (should the CUDA backend then refuse the model, the
+/// CPU serves with the GPU's limits; all are only bounds).
 fn batch_limits(args: &ServeArgs) -> (usize, usize, usize) {
     use crate::backend::BackendChoice;
     let gpu = match args.backend {

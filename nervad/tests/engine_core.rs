@@ -5,7 +5,8 @@ mod engine_support;
 
 use engine_support::*;
 use nervad::engine::{
-    Engine, EngineOptions, FinishReason, InferenceEngine, Prompt, RequestError, SamplingParams,
+    AheadMiss, Engine, EngineOptions, FinishReason, InferenceEngine, Prompt, RequestError,
+    SamplingParams,
 };
 
 fn scripted(script: &[u32]) -> Engine {
@@ -725,4 +726,54 @@ fn overload_queues_boundedly_and_the_gauges_show_it() {
     for &k in &accepted {
         assert_eq!(rec.tokens(k, 0), script, "{k:?}");
     }
+}
+
+/// The engine counts the decode steps it launches ahead of the step in flight and the chances
+/// it passes up, by reason: two requests decoding alone go out ahead every step; a request
+/// submitted while a step is in flight, with a slot free for it, makes the next step wait for
+/// planning (admission); at the end, with every sequence able to finish in the step in
+/// flight, there is nothing to launch ahead (finishing).
+#[test]
+fn launches_ahead_and_their_misses_are_counted() {
+    let mut backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'a'); 40]);
+    backend.overlap = true;
+    let ahead = backend.launched_ahead.clone();
+    let mut e = Engine::new(
+        scripted_model(),
+        Box::new(backend),
+        EngineOptions::default(),
+    );
+    let mut rec = Recorder::default();
+    let (a, b, c) = (key(1, 1), key(2, 1), key(1, 2));
+    e.submit(request(a, Prompt::Tokens(vec![1; 5]), 12))
+        .unwrap();
+    e.submit(request(b, Prompt::Tokens(vec![2; 5]), 12))
+        .unwrap();
+    while rec.tokens(a, 0).len() < 4 {
+        assert!(e.step(&mut rec));
+    }
+    let counted = e.launch_ahead();
+    assert_eq!(
+        counted.launched,
+        ahead.load(std::sync::atomic::Ordering::Relaxed) as u64,
+        "every launch ahead the backend saw is counted"
+    );
+    assert!(counted.launched >= 2);
+    assert_eq!(counted.missed, [0; 6], "nothing kept a decode step back");
+    // c arrives with a slot free: the next chance is passed up for its admission, and then
+    // for its prompt, which is not in the step in flight.
+    e.submit(request(c, Prompt::Tokens(vec![3; 5]), 4)).unwrap();
+    while rec.done(c, 0).is_empty() {
+        assert!(e.step(&mut rec));
+    }
+    let after = e.launch_ahead();
+    assert_eq!(after.missed(AheadMiss::Admission), 1);
+    assert!(after.launched > counted.launched);
+    while e.step(&mut rec) {}
+    let end = e.launch_ahead();
+    assert_eq!(
+        end.launched,
+        ahead.load(std::sync::atomic::Ordering::Relaxed) as u64
+    );
+    assert_eq!(end.missed, [1, 0, 0, 0, 0, 1]);
 }

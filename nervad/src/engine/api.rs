@@ -347,6 +347,10 @@ pub struct EngineGauges {
     pub follow_up_holds: std::sync::atomic::AtomicU64,
     /// Of those, holds that a submission ended (it joined the next step).
     pub follow_ups_caught: std::sync::atomic::AtomicU64,
+    /// Steps launched ahead of the step in flight, since start.
+    pub launched_ahead: std::sync::atomic::AtomicU64,
+    /// Chances to launch ahead passed up, since start, by `AheadMiss::ALL` reason.
+    pub ahead_missed: [std::sync::atomic::AtomicU64; 6],
     /// Samples preempted with their KV pages in the host swap area, waiting to swap back in.
     pub swapped: std::sync::atomic::AtomicU64,
     /// Sequences swapped out to the host since start.
@@ -444,6 +448,12 @@ impl EngineGauges {
             "preemptions": self.preemptions.load(Relaxed),
             "follow_up_holds": self.follow_up_holds.load(Relaxed),
             "follow_ups_caught": self.follow_ups_caught.load(Relaxed),
+            "launched_ahead": self.launched_ahead.load(Relaxed),
+            "ahead_missed": super::core::AheadMiss::ALL
+                .iter()
+                .zip(&self.ahead_missed)
+                .map(|(why, n)| (why.name().to_owned(), serde_json::json!(n.load(Relaxed))))
+                .collect::<serde_json::Map<_, _>>(),
             "swapped": self.swapped.load(Relaxed),
             "swap_outs": self.swap_outs.load(Relaxed),
             "swap_ins": self.swap_ins.load(Relaxed),

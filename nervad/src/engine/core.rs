@@ -415,6 +415,65 @@ pub struct Engine {
     /// Holds started and holds a submission ended, since start.
     follow_up_holds: u64,
     follow_ups_caught: u64,
+    /// Steps launched ahead of the one in flight, and the chances to do so that were passed
+    /// up, by reason (`launch_speculative`).
+    launch_ahead: LaunchAhead,
+}
+
+/// Why a step was not launched ahead of the one in flight (a step launched after its
+/// predecessor was collected leaves the device idle while the host plans it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AheadMiss {
+    /// A cancellation, or a queued request a free slot could take, must be handled first.
+    Admission,
+    /// A prompt outside the step in flight, or a parked sample, waits for the next plan.
+    Waiting,
+    /// A paused client has work in the step in flight, or a fork is due after it.
+    HostState,
+    /// The step's tokens would not fit the step's token budget.
+    Budget,
+    /// A write would go into a shared page, or the pool lacks the pages the step needs.
+    Pages,
+    /// Every sequence of the step in flight may finish in it.
+    Finishing,
+}
+
+impl AheadMiss {
+    pub const ALL: [AheadMiss; 6] = [
+        AheadMiss::Admission,
+        AheadMiss::Waiting,
+        AheadMiss::HostState,
+        AheadMiss::Budget,
+        AheadMiss::Pages,
+        AheadMiss::Finishing,
+    ];
+
+    /// The reason's name in `nervactl stats`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AheadMiss::Admission => "admission",
+            AheadMiss::Waiting => "waiting",
+            AheadMiss::HostState => "host_state",
+            AheadMiss::Budget => "budget",
+            AheadMiss::Pages => "pages",
+            AheadMiss::Finishing => "finishing",
+        }
+    }
+}
+
+/// Counts of `launch_speculative`'s outcomes since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaunchAhead {
+    /// Steps launched ahead of the one in flight.
+    pub launched: u64,
+    /// Chances passed up, indexed like `AheadMiss::ALL`.
+    pub missed: [u64; 6],
+}
+
+impl LaunchAhead {
+    pub fn missed(&self, why: AheadMiss) -> u64 {
+        self.missed[why as usize]
+    }
 }
 
 /// Longest a step launched ahead waits, after a step in which requests finished, for their
@@ -511,6 +570,7 @@ impl Engine {
             hold_until: None,
             follow_up_holds: 0,
             follow_ups_caught: 0,
+            launch_ahead: LaunchAhead::default(),
         }
     }
 
@@ -587,6 +647,11 @@ impl Engine {
     /// submission ended (`FOLLOW_UP_HOLD`).
     pub fn follow_ups(&self) -> (u64, u64) {
         (self.follow_up_holds, self.follow_ups_caught)
+    }
+
+    /// Steps launched ahead of the step in flight since start, and the chances passed up.
+    pub fn launch_ahead(&self) -> LaunchAhead {
+        self.launch_ahead
     }
 
     /// Sequences whose pages were swapped out to the host, since start.
@@ -1579,6 +1644,10 @@ impl InferenceEngine for Engine {
         g.preemptions.store(self.preemptions, Relaxed);
         g.follow_up_holds.store(self.follow_up_holds, Relaxed);
         g.follow_ups_caught.store(self.follow_ups_caught, Relaxed);
+        g.launched_ahead.store(self.launch_ahead.launched, Relaxed);
+        for (slot, n) in g.ahead_missed.iter().zip(self.launch_ahead.missed) {
+            slot.store(n, Relaxed);
+        }
         g.swapped.store(swapped, Relaxed);
         g.swap_outs.store(self.swap.outs, Relaxed);
         g.swap_ins.store(self.swap.ins, Relaxed);

@@ -17,7 +17,7 @@ pub use api::{
     ClientId, EngineEvent, EngineInfo, EventSink, FinishReason, GenerateRequest, InferenceEngine,
     Prompt, RequestError, RequestKey, RequestTimings, SamplingParams, StopConditions,
 };
-pub use core::{Engine, EngineOptions};
+pub use core::{AheadMiss, Engine, EngineOptions, LaunchAhead};
 pub use detok::TokenTable;
 pub use model::{EngineModel, PromptEncoder, TextCodec};
 pub use scheduler::Preemption;

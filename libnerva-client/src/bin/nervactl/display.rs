@@ -284,7 +284,7 @@ pub const CLIENT_TOKEN_COLUMNS: [Column; 4] = [
 ];
 
 /// The engine's live gauges and the backend's cumulative device ledger in `stats`.
-pub const LIVE_FIELDS: [(&str, Show); 33] = [
+pub const LIVE_FIELDS: [(&str, Show); 40] = [
     ("engine.live.kv_pages_used", Show::Text),
     ("engine.live.kv_pages_free", Show::Text),
     ("engine.live.kv_pages_peak", Show::Text),
@@ -298,6 +298,13 @@ pub const LIVE_FIELDS: [(&str, Show); 33] = [
     ("engine.live.preemptions", Show::Text),
     ("engine.live.follow_up_holds", Show::Text),
     ("engine.live.follow_ups_caught", Show::Text),
+    ("engine.live.launched_ahead", Show::Text),
+    ("engine.live.ahead_missed.admission", Show::Text),
+    ("engine.live.ahead_missed.waiting", Show::Text),
+    ("engine.live.ahead_missed.host_state", Show::Text),
+    ("engine.live.ahead_missed.budget", Show::Text),
+    ("engine.live.ahead_missed.pages", Show::Text),
+    ("engine.live.ahead_missed.finishing", Show::Text),
     ("engine.live.swapped", Show::Text),
     ("engine.live.swap_outs", Show::Text),
     ("engine.live.swap_ins", Show::Text),

@@ -205,13 +205,26 @@ impl Engine {
     /// token there costs this one discarded entry), and only when the pages the step needs are
     /// free (otherwise the next planned step preempts).
     pub(super) fn launch_speculative(&mut self, sink: &mut dyn EventSink) {
-        let could_admit = !self.queue.is_empty() && !self.free_slots.is_empty();
-        if !self.backend.overlaps() || !self.cancelled.is_empty() || could_admit {
+        if !self.backend.overlaps() {
             return;
+        }
+        match self.try_launch_ahead(sink) {
+            Ok(()) => self.launch_ahead.launched += 1,
+            Err(Some(why)) => self.launch_ahead.missed[why as usize] += 1,
+            Err(None) => {}
+        }
+    }
+
+    /// `launch_speculative`'s work: Ok when a step went out, else why not (None: nothing in
+    /// flight, or the launch failed and its requests with it).
+    fn try_launch_ahead(&mut self, sink: &mut dyn EventSink) -> Result<(), Option<AheadMiss>> {
+        let could_admit = !self.queue.is_empty() && !self.free_slots.is_empty();
+        if !self.cancelled.is_empty() || could_admit {
+            return Err(Some(AheadMiss::Admission));
         }
         let prev = &self.launched[self.launched_head];
         if prev.is_empty() {
-            return;
+            return Err(None);
         }
         let in_prev = |slot: usize| prev.iter().any(|e| e.slot as usize == slot);
         // Work of a paused client waits for the client, not for this step.
@@ -227,7 +240,7 @@ impl Engine {
             .any(|(slot, s)| s.active && s.prefilling() && !in_prev(slot) && runnable(s))
             || self.parked.iter().any(runnable);
         if waiting {
-            return;
+            return Err(Some(AheadMiss::Waiting));
         }
         let pt = self.limits.page_tokens;
         self.entries.clear();
@@ -243,14 +256,14 @@ impl Engine {
                 continue;
             };
             if self.paused.contains(&req.key.client) {
-                return;
+                return Err(Some(AheadMiss::HostState));
             }
             // Where the sequence stands once the step in flight is collected.
             let at = seq.len + e.prefill.max(1);
             let decodes_next = e.prefill == 0 || at == seq.prefill_to;
             let next = if decodes_next {
                 if e.prefill > 0 && req.phase == Phase::Prefill && req.n_samples > 1 {
-                    return;
+                    return Err(Some(AheadMiss::HostState));
                 }
                 // Tokens it will have sampled after the step in flight (none more after a
                 // recompute); the next step samples one more, which must still be allowed.
@@ -266,14 +279,16 @@ impl Engine {
                 chunk
             };
             if next == 0 || budget < next {
-                return;
+                return Err(Some(AheadMiss::Budget));
             }
             budget -= next;
             // Written before the step in flight's tokens are known: never into a page others
             // hold (past a fork's first step only full pages, never written again, are shared).
             for i in at / pt..pages_for(at + next, pt) {
                 match seq.table.get(i) {
-                    Some(&page) if self.pool.refs(page) > 1 => return,
+                    Some(&page) if self.pool.refs(page) > 1 => {
+                        return Err(Some(AheadMiss::Pages));
+                    }
                     Some(_) => {}
                     None => new_pages += 1,
                 }
@@ -284,7 +299,7 @@ impl Engine {
             });
         }
         if new_pages > self.pool.free() {
-            return;
+            return Err(Some(AheadMiss::Pages));
         }
         // The in-flight entry of a slot (every entry here has one).
         let prev = &self.launched[self.launched_head];
@@ -299,14 +314,20 @@ impl Engine {
             while seq.table.len() < pages_for(end, pt) {
                 match self.pool.alloc() {
                     Some(page) => seq.table.push(page),
-                    None => return,
+                    None => return Err(Some(AheadMiss::Pages)),
                 }
             }
         }
         match self.launch_entries(Some(self.launched_head)) {
-            Ok(true) => self.push_launched(),
-            Ok(false) => {}
-            Err(e) => self.fail_entries(RequestError::Backend(e.to_string()), sink),
+            Ok(true) => {
+                self.push_launched();
+                Ok(())
+            }
+            Ok(false) => Err(Some(AheadMiss::Finishing)),
+            Err(e) => {
+                self.fail_entries(RequestError::Backend(e.to_string()), sink);
+                Err(None)
+            }
         }
     }
 }

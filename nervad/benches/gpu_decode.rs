@@ -18,8 +18,8 @@ use clap::Parser;
 use nervad::backend::cuda::{CudaBackend, CudaOptions, GpuMemory};
 use nervad::backend::{Backend, BackendStats};
 use nervad::engine::{
-    ClientId, Engine, EngineEvent, EngineModel, EngineOptions, EventSink, GenerateRequest,
-    InferenceEngine, Prompt, RequestKey,
+    AheadMiss, ClientId, Engine, EngineEvent, EngineModel, EngineOptions, EventSink,
+    GenerateRequest, InferenceEngine, Prompt, RequestKey,
 };
 use nervad::model::generate::{Preset, make_checkpoint};
 use nervad::model::{LoadOptions, LoadedModel};
@@ -358,16 +358,34 @@ fn main() {
             );
         }
         let before = engine.backend_stats();
+        let ahead_before = engine.launch_ahead();
+        let tokens_before = sink.tokens;
         let mut times = Vec::with_capacity(args.tokens);
         let t_all = Instant::now();
-        for _ in 0..args.tokens {
-            let t0 = Instant::now();
+        // A step's time runs from one collected step to the next: an engine call that plans
+        // and launches a step (one not launched ahead) collects nothing, and its time belongs
+        // to the step it launched.
+        let mut last = t_all;
+        while times.len() < args.tokens {
+            let emitted = sink.tokens;
             let more = engine.step(&mut sink);
-            times.push(t0.elapsed());
             assert!(more, "the requests ended early (see the log)");
+            if sink.tokens > emitted {
+                let now = Instant::now();
+                times.push(now - last);
+                last = now;
+            }
         }
         let wall = t_all.elapsed().as_secs_f64();
+        let tokens = sink.tokens - tokens_before;
         let d = delta(before, engine.backend_stats());
+        let ahead = engine.launch_ahead();
+        let missed: Vec<(&str, u64)> = AheadMiss::ALL
+            .iter()
+            .map(|&why| (why.name(), ahead.missed(why) - ahead_before.missed(why)))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        let launched_ahead = ahead.launched - ahead_before.launched;
         while engine.step(&mut sink) {}
         times.sort();
         let steps = args.tokens as f64;
@@ -375,7 +393,7 @@ fn main() {
         let gbs = weight_bytes as f64 / (p50 / 1e3) / 1e9;
         let line = format!(
             "| {n} | {:.0} | {p50:.3} | {:.3} | {gbs:.0} | {:.1}% | {:.1} | {:.1} | {:.2} | {:.3} |",
-            steps * n as f64 / wall,
+            tokens as f64 / wall,
             pct(&times, 0.99),
             100.0 * gbs * 1e9 / bandwidth,
             d.launches as f64 / steps,
@@ -384,17 +402,26 @@ fn main() {
             d.gpu_ms / steps
         );
         println!("{line}");
+        if launched_ahead < args.tokens as u64 || !missed.is_empty() {
+            println!(
+                "  batch {n}: {launched_ahead} of {} steps launched ahead of the one in flight; \
+                 passed up: {missed:?}",
+                args.tokens
+            );
+        }
         if args.json {
             println!(
                 "{}",
                 serde_json::json!({
                     "batch": n,
-                    "tok_s": steps * n as f64 / wall,
+                    "tok_s": tokens as f64 / wall,
                     "ms_step_p50": p50,
                     "ms_step_p99": pct(&times, 0.99),
                     "weight_bytes": weight_bytes,
                     "read_bw_bytes_s": bandwidth,
                     "roofline_pct": 100.0 * gbs * 1e9 / bandwidth,
+                    "launched_ahead": launched_ahead,
+                    "ahead_missed": missed.iter().map(|&(k, n)| (k.to_owned(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
                     "launches_per_step": d.launches as f64 / steps,
                     "graph_nodes_per_step": d.graph_nodes as f64 / steps,
                     "device_allocs": d.device_allocs,

@@ -596,16 +596,7 @@ fn cancellation_and_client_death_free_pages_at_the_next_step() {
 #[test]
 fn a_follow_up_request_joins_the_next_step() {
     for submit in [true, false] {
-        let mut backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'a'); 40]);
-        backend.overlap = true;
-        backend.step_gpu_ns = 20_000_000;
-        let log = backend.log.clone();
-        let ahead = backend.launched_ahead.clone();
-        let mut e = Engine::new(
-            scripted_model(),
-            Box::new(backend),
-            EngineOptions::default(),
-        );
+        let (mut e, log, ahead) = scripted_engine(vec![u32::from(b'a'); 40], true, 20_000_000);
         let mut rec = Recorder::default();
         let (a, b, c) = (key(1, 1), key(2, 1), key(1, 2));
         e.submit(request(a, Prompt::Tokens(vec![1; 5]), 3)).unwrap();
@@ -735,14 +726,7 @@ fn overload_queues_boundedly_and_the_gauges_show_it() {
 /// flight, there is nothing to launch ahead (finishing).
 #[test]
 fn launches_ahead_and_their_misses_are_counted() {
-    let mut backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'a'); 40]);
-    backend.overlap = true;
-    let ahead = backend.launched_ahead.clone();
-    let mut e = Engine::new(
-        scripted_model(),
-        Box::new(backend),
-        EngineOptions::default(),
-    );
+    let (mut e, _, ahead) = scripted_engine(vec![u32::from(b'a'); 40], true, 0);
     let mut rec = Recorder::default();
     let (a, b, c) = (key(1, 1), key(2, 1), key(1, 2));
     e.submit(request(a, Prompt::Tokens(vec![1; 5]), 12))

@@ -363,14 +363,7 @@ fn a_paused_clients_half_prefilled_prompt_gives_its_pages_back() {
 /// launched ahead (it waits for its client, not for the device).
 #[test]
 fn a_paused_prefill_does_not_stop_launch_ahead_for_others() {
-    let mut backend = ScriptedBackend::new(scripted_limits(), vec![u32::from(b'z'); 40]);
-    backend.overlap = true;
-    let ahead = backend.launched_ahead.clone();
-    let mut e = Engine::new(
-        scripted_model(),
-        Box::new(backend),
-        EngineOptions::default(),
-    );
+    let (mut e, _, ahead) = scripted_engine(vec![u32::from(b'z'); 40], true, 0);
     let mut rec = Recorder::default();
     let (a, b) = (key(1, 1), key(2, 1));
     e.submit(request(b, Prompt::Tokens(vec![3, 4]), 30))
@@ -403,14 +396,7 @@ fn a_paused_prefill_does_not_stop_launch_ahead_for_others() {
 fn a_full_batch_with_a_queue_behind_it_keeps_launching_ahead() {
     let script: Vec<u32> = (0..12).map(|i| u32::from(b'a') + i).collect();
     let run_with = |overlap: bool| {
-        let mut backend = ScriptedBackend::new(scripted_limits(), script.clone());
-        backend.overlap = overlap;
-        let ahead = backend.launched_ahead.clone();
-        let mut e = Engine::new(
-            scripted_model(),
-            Box::new(backend),
-            EngineOptions::default(),
-        );
+        let (mut e, _, ahead) = scripted_engine(script.clone(), overlap, 0);
         let mut rec = Recorder::default();
         let keys: Vec<_> = (0..8).map(|i| key(i % 2, u64::from(i))).collect();
         for (i, &k) in keys.iter().enumerate() {

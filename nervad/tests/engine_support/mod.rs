@@ -505,3 +505,29 @@ pub fn scripted_model() -> EngineModel {
     m.config.max_position_embeddings = 64;
     m
 }
+
+/// An engine with default options over a `ScriptedBackend` of `script` (scripted limits and
+/// model) that launches steps ahead like a device when `overlap`, each step reporting
+/// `step_gpu_ns` of device time; with the backend's step log and its count of steps launched
+/// ahead.
+pub fn scripted_engine(
+    script: Vec<u32>,
+    overlap: bool,
+    step_gpu_ns: u64,
+) -> (
+    nervad::engine::Engine,
+    StepLog,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let mut backend = ScriptedBackend::new(scripted_limits(), script);
+    backend.overlap = overlap;
+    backend.step_gpu_ns = step_gpu_ns;
+    let log = backend.log.clone();
+    let ahead = backend.launched_ahead.clone();
+    let engine = nervad::engine::Engine::new(
+        scripted_model(),
+        Box::new(backend),
+        nervad::engine::EngineOptions::default(),
+    );
+    (engine, log, ahead)
+}

@@ -430,7 +430,8 @@ pub enum AheadMiss {
     Waiting,
     /// A paused client has work in the step in flight, or a fork is due after it.
     HostState,
-    /// The step's tokens would not fit the step's token budget.
+    /// The step's tokens would not fit its token budget, or a prompt's next chunk its
+    /// prompt-token cap (`EngineOptions::prefill_chunk`).
     Budget,
     /// A write would go into a shared page, or the pool lacks the pages the step needs.
     Pages,

@@ -362,9 +362,9 @@ fn main() {
         let tokens_before = sink.tokens;
         let mut times = Vec::with_capacity(args.tokens);
         let t_all = Instant::now();
-        // A step's time runs from one collected step to the next: an engine call that plans
-        // and launches a step (one not launched ahead) collects nothing, and its time belongs
-        // to the step it launched.
+        // A step's time runs from one collected step to the next: an engine call that collects
+        // nothing (it planned a step not launched ahead, or held a launch for a follow-up
+        // request) adds its time to the next collected step's.
         let mut last = t_all;
         while times.len() < args.tokens {
             let emitted = sink.tokens;
@@ -410,6 +410,10 @@ fn main() {
             );
         }
         if args.json {
+            let missed_json: serde_json::Map<_, _> = missed
+                .iter()
+                .map(|&(k, n)| (k.to_owned(), serde_json::json!(n)))
+                .collect();
             println!(
                 "{}",
                 serde_json::json!({
@@ -421,7 +425,7 @@ fn main() {
                     "read_bw_bytes_s": bandwidth,
                     "roofline_pct": 100.0 * gbs * 1e9 / bandwidth,
                     "launched_ahead": launched_ahead,
-                    "ahead_missed": missed.iter().map(|&(k, n)| (k.to_owned(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
+                    "ahead_missed": missed_json,
                     "launches_per_step": d.launches as f64 / steps,
                     "graph_nodes_per_step": d.graph_nodes as f64 / steps,
                     "device_allocs": d.device_allocs,

@@ -350,7 +350,7 @@ pub struct EngineGauges {
     /// Steps launched ahead of the step in flight, since start.
     pub launched_ahead: std::sync::atomic::AtomicU64,
     /// Chances to launch ahead passed up, since start, by `AheadMiss::ALL` reason.
-    pub ahead_missed: [std::sync::atomic::AtomicU64; 6],
+    pub ahead_missed: [std::sync::atomic::AtomicU64; super::core::AheadMiss::COUNT],
     /// Samples preempted with their KV pages in the host swap area, waiting to swap back in.
     pub swapped: std::sync::atomic::AtomicU64,
     /// Sequences swapped out to the host since start.

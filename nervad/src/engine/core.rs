@@ -440,7 +440,9 @@ pub enum AheadMiss {
 }
 
 impl AheadMiss {
-    pub const ALL: [AheadMiss; 6] = [
+    /// How many reasons there are.
+    pub const COUNT: usize = 6;
+    pub const ALL: [AheadMiss; Self::COUNT] = [
         AheadMiss::Admission,
         AheadMiss::Waiting,
         AheadMiss::HostState,
@@ -468,7 +470,7 @@ pub struct LaunchAhead {
     /// Steps launched ahead of the one in flight.
     pub launched: u64,
     /// Chances passed up, indexed like `AheadMiss::ALL`.
-    pub missed: [u64; 6],
+    pub missed: [u64; AheadMiss::COUNT],
 }
 
 impl LaunchAhead {

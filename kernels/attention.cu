@@ -50,8 +50,10 @@ struct AttnShared {
     } u;
     // attn_decode_cluster: the split's (m, l) of each head.
     float ml[ATTN_MAX_GROUP][2];
-    // Per head of the merge: the splits' weights and the normalizer.
-    float wz[ATTN_MAX_GROUP][ATTN_SPLITS];
+    // Per head of the merge: each split's factors in the fold (SplitFold: wa scales the fold
+    // so far, wb the split's values; wb < 0: the split adds nothing) and the normalizer.
+    float wa[ATTN_MAX_GROUP][ATTN_SPLITS];
+    float wb[ATTN_MAX_GROUP][ATTN_SPLITS];
     float norm[ATTN_MAX_GROUP];
     // attn_decode: the new position's key and value as stored in the pool (16-bit raw), so the
     // block that owns the position reads the same bits without a round trip through memory.
@@ -223,13 +225,41 @@ struct HalfRow {
     }
 };
 
-// out[i] for i in [e0, e1) of the group (i = a * head_dim + d: head h0 + a, dimension d), with
-// out[a][d] = sum_z e^(m_z - M) o_z[d] / sum_z e^(m_z - M) l_z over the splits z in order, by the
-// whole block: the heads' weights first (one round trip), then every output element with all its
-// split values loaded at once. Only splits z < nz are read: the others hold no tile (tile i goes
-// to split i mod Z, so the empty splits are the last ones), and an empty split adds exactly
-// nothing (weight 0, l 0) — merging nz or all Z gives the same bits. `half`: out[i] also
-// rounded, for the o projection.
+// How every attention kernel merges a row's split partials (m_z, l_z, o_z): a fold over the
+// splits z in order,
+//     M' = max(M, m_z), a = e^(M - M'), b = e^(m_z - M'), L = L a + l_z b, O = O a + o_z b,
+// from (M, L, O) = (-inf, 0, 0), and out = O / L. A split with no position (m_z = -inf) leaves
+// the fold as it is. In order, the fold lets attn_prefill take each split in as it finishes,
+// without its partial's trip through memory, and every kernel that merges (attn_decode, the
+// serial and cluster forms, attn_combine, attn_prefill's fold) does the same operations in the
+// same order: the same bits.
+struct SplitFold {
+    float m, l;
+    __device__ __forceinline__ void init() {
+        m = -INFINITY;
+        l = 0.f;
+    }
+    // Takes split (mz, lz) in; false (a, b untouched) for a split with no position. Else a and
+    // b are the factors for the values (fold_value).
+    __device__ __forceinline__ bool add(float mz, float lz, float& a, float& b) {
+        if (mz == -INFINITY) return false;
+        const float mn = fmaxf(m, mz);
+        a = m == -INFINITY ? 0.f : expf(__fsub_rn(m, mn));
+        b = expf(__fsub_rn(mz, mn));
+        l = __fmaf_rn(lz, b, __fmul_rn(l, a));
+        m = mn;
+        return true;
+    }
+};
+__device__ __forceinline__ float fold_value(float o, float oz, float a, float b) {
+    return __fmaf_rn(oz, b, __fmul_rn(o, a));
+}
+
+// out[i] for i in [e0, e1) of the group (i = a * head_dim + d: head h0 + a, dimension d): the
+// splits' fold (SplitFold), by the whole block: the heads' factors first (one round trip), then
+// every output element with all its split values loaded at once. Only splits z < nz are read:
+// the others hold no tile (tile i goes to split i mod Z, so the empty splits are the last ones).
+// `half`: out[i] also rounded, for the o projection.
 template <int MAXD, typename Partials, typename KV>
 __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partials& p, int G,
                                              int head_dim, int e0, int e1,
@@ -237,7 +267,7 @@ __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partial
                                              const HalfRow<KV>& half) {
     const int tid = threadIdx.x;
     // The partial values of this thread's first MERGE_PRE elements load together with the
-    // weights' inputs: one round trip for both.
+    // factors' inputs: one round trip for both.
     constexpr int MERGE_PRE = 2;
     float pre[MERGE_PRE][ATTN_SPLITS];
 #pragma unroll
@@ -256,28 +286,26 @@ __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partial
             m[z] = z < nz ? p.m(z, tid) : -INFINITY;
             l[z] = z < nz ? p.l(z, tid) : 0.f;
         }
-        float M = -INFINITY;
-#pragma unroll
-        for (int z = 0; z < ATTN_SPLITS; ++z) M = fmaxf(M, m[z]);
-        float L = 0.f;
+        SplitFold f;
+        f.init();
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z) {
-            const float w = m[z] == -INFINITY ? 0.f : expf(m[z] - M);
-            sh.wz[tid][z] = w;
-            L += l[z] * w;
+            float a = 1.f, b = -1.f;
+            if (!f.add(m[z], l[z], a, b)) b = -1.f;
+            sh.wa[tid][z] = a;
+            sh.wb[tid][z] = b;
         }
-        sh.norm[tid] = L;
+        sh.norm[tid] = f.l;
     }
     __syncthreads();
-    // One output element from its Z split values, z in order; an empty split wrote zeros and
-    // has weight zero, which the sum skips.
+    // One output element from its split values, z in order.
     auto merge = [&](const float (&oz)[ATTN_SPLITS], int i) {
         const int a = i / head_dim;
         float o = 0.f;
 #pragma unroll
         for (int z = 0; z < ATTN_SPLITS; ++z)
-            if (sh.wz[a][z] != 0.f) o += oz[z] * sh.wz[a][z];
-        const float v = o / sh.norm[a];
+            if (sh.wb[a][z] >= 0.f) o = fold_value(o, oz[z], sh.wa[a][z], sh.wb[a][z]);
+        const float v = __fdiv_rn(o, sh.norm[a]);
         out[i] = v;
         half.put(i, v);
     };
@@ -442,11 +470,18 @@ __device__ __forceinline__ void stage_tile(u32 dst, const KV* kv, const int* tab
     }
 }
 
-template <typename KV, int DIM, int GQ>
+//
+// FOLD (attn_prefill_fold): one block takes every split of its rows, in order, and folds each
+// split's partial into the rows' merge as the split finishes (SplitFold: the merge's own
+// operations in its order), then writes the rows' outputs as attn_combine would (out, and
+// rounded for the o projection where xh is given). No partial goes through memory (at 2,048
+// tokens they were 537 MB per layer written and read back) and no attn_combine launch follows;
+// the fold's accumulators take a second set of registers, so one block per SM.
+template <typename KV, int DIM, int GQ, bool FOLD>
 __device__ __forceinline__ void attn_prefill_body(
     StepMeta meta, const float* __restrict__ q, const KV* kv, const int* __restrict__ tables,
     KvGeometry geo, int heads, int window, float scale, float* __restrict__ part_o,
-    float* __restrict__ part_ml) {
+    float* __restrict__ part_ml, float* __restrict__ out, KV* __restrict__ xh, int xh_wg) {
     static_assert(DIM == 64 || DIM == 128, "attn_prefill serves head dims 64 and 128");
     static_assert(GQ >= 1 && 16 % GQ == 0, "whole tokens per warp");
     constexpr int QT = ATTN_PREFILL_ROWS / GQ, ROW = ATTN_ROW(DIM), Z = ATTN_SPLITS;
@@ -458,7 +493,8 @@ __device__ __forceinline__ void attn_prefill_body(
     __shared__ const int* table[QT];
     pdl_enter();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = blockIdx.y, zb = blockIdx.z, ZB = gridDim.z;
+    // The fold needs every split in order from one block.
+    const int g = blockIdx.y, zb = FOLD ? 0 : blockIdx.z, ZB = FOLD ? 1 : gridDim.z;
     const int t0 = (gridDim.x - 1 - blockIdx.x) * QT, nt = min(QT, meta.counts[0] - t0);
     if (nt <= 0) return;
     if (tid < nt) {
@@ -495,6 +531,18 @@ __device__ __forceinline__ void attn_prefill_body(
     }
     __syncthreads();
     AttnRows<KV, DIM> rows;
+    // FOLD: the fold of the lane's two rows (h = 0, 1) so far, values laid out as rows.o.
+    constexpr int NT = AttnRows<KV, DIM>::NT;
+    float fo[FOLD ? NT : 1][4];
+    SplitFold fold[2];
+    if constexpr (FOLD) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) fo[n][e] = 0.f;
+        fold[0].init();
+        fold[1].init();
+    }
     // The warp's rows and the tokens of the lane's two rows.
     const int wr = warp * 16;
     const int ja = (wr + (lane >> 2)) / GQ, jb = (wr + (lane >> 2) + 8) / GQ;
@@ -529,7 +577,22 @@ __device__ __forceinline__ void attn_prefill_body(
                     };
                     rows.tile(q_base + wr * ROW * 2, st, st + ATTN_TILE * ROW * 2, DIM,
                               valid(ja), valid(jb), scale);
-                    if (nz != z) {
+                    if (FOLD && nz != z) {
+                        // Split z done: into the fold of each of the lane's rows it reached (a
+                        // row of another run, or whose span ends before the split, has no
+                        // position in it: m = -inf, left out as the merge leaves it out).
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            float a, b;
+                            if (!fold[h].add(rows.m[h], rows.l[h], a, b)) continue;
+#pragma unroll
+                            for (int n = 0; n < NT; ++n) {
+                                fo[n][2 * h] = fold_value(fo[n][2 * h], rows.o[n][2 * h], a, b);
+                                fo[n][2 * h + 1] =
+                                    fold_value(fo[n][2 * h + 1], rows.o[n][2 * h + 1], a, b);
+                            }
+                        }
+                    } else if (nz != z) {
                         // Split z done: the partials of the run's rows whose token has a tile
                         // in it (attn_combine reads no others).
                         auto entry = [&](int r) {
@@ -555,6 +618,28 @@ __device__ __forceinline__ void attn_prefill_body(
             cp_async_wait<0>();
         }
         r0 = r1;
+    }
+    if constexpr (FOLD) {
+        // The lane's rows' outputs, as attn_combine writes them.
+        const int c2 = (lane & 3) * 2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = wr + (lane >> 2) + 8 * h, j = r / GQ;
+            if (j >= nt) continue;
+            const size_t t = (size_t)(t0 + j);
+            const int col0 = (g * GQ + r % GQ) * DIM;
+            float* dst = out + t * heads * DIM + col0;
+            const HalfRow<KV> half{xh ? xh + t * heads * DIM : nullptr, col0, xh_wg};
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const int d = n * 8 + c2;
+                const float v0 = __fdiv_rn(fo[n][2 * h], fold[h].l);
+                const float v1 = __fdiv_rn(fo[n][2 * h + 1], fold[h].l);
+                *reinterpret_cast<float2*>(dst + d) = make_float2(v0, v1);
+                half.put(d, v0);
+                half.put(d + 1, v1);
+            }
+        }
     }
 }
 
@@ -1036,14 +1121,23 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
 
 // attn_prefill for the head dimensions and group sizes it serves (the host falls back to
 // attn_split elsewhere). Two blocks per SM: the rows' accumulators stay in registers.
+// attn_prefill_fold: one block per SM (the fold's registers), no partials.
 #define ATTN_PREFILL_ENTRY(DT, KV, DIM, GQ)                                                     \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 2)                               \
         attn_prefill_##DT##_d##DIM##_g##GQ(StepMeta meta, const float* q, const KV* kv,         \
                                           const int* tables, KvGeometry geo, int heads,         \
                                           int window, float scale, float* part_o,               \
                                           float* part_ml) {                                     \
-        attn_prefill_body<KV, DIM, GQ>(meta, q, kv, tables, geo, heads, window, scale, part_o,  \
-                                       part_ml);                                                \
+        attn_prefill_body<KV, DIM, GQ, false>(meta, q, kv, tables, geo, heads, window, scale,   \
+                                              part_o, part_ml, nullptr, nullptr, 0);            \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1)                               \
+        attn_prefill_fold_##DT##_d##DIM##_g##GQ(StepMeta meta, const float* q, const KV* kv,    \
+                                               const int* tables, KvGeometry geo, int heads,    \
+                                               int window, float scale, float* out, KV* xh,     \
+                                               int xh_wg) {                                     \
+        attn_prefill_body<KV, DIM, GQ, true>(meta, q, kv, tables, geo, heads, window, scale,    \
+                                             nullptr, nullptr, out, xh, xh_wg);                 \
     }
 #define ATTN_PREFILL_GROUPS(DT, KV, DIM) \
     ATTN_PREFILL_ENTRY(DT, KV, DIM, 1)   \

@@ -679,6 +679,21 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "the default variants, every prompt launch's splits folded in its blocks \
+                 (attn_prefill_fold)",
+                KernelTuning {
+                    prefill_fold_from: Some(1),
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "the default variants, no prompt launch folded (attn_prefill + attn_combine)",
+                KernelTuning {
+                    prefill_fold_from: None,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
                 "the default variants, mixed steps' prompt rows through attn_split and their \
                  decode tokens through the default decode attention",
                 KernelTuning {

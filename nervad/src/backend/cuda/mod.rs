@@ -239,6 +239,9 @@ struct Kernels {
     /// attn_split for prompt chunks, KV tiles shared by a block's tokens (head dims 64 and
     /// 128, 1, 2, 4 or 8 query heads per kv head).
     attn_prefill: Option<Kernel>,
+    /// attn_prefill with every split of a block's rows folded into their merge in the block
+    /// (no partials, no attn_combine), where attn_prefill is built.
+    attn_prefill_fold: Option<Kernel>,
     prepare: Kernel,
     sample: Kernel,
     read_bandwidth: Kernel,
@@ -1262,6 +1265,7 @@ impl CudaBackend {
                     let group = c.num_attention_heads / c.num_key_value_heads.max(1);
                     if matches!(c.head_dim, 64 | 128) && matches!(group, 1 | 2 | 4 | 8) {
                         names.push(format!("attn_prefill_{dt}_d{}_g{group}", c.head_dim));
+                        names.push(format!("attn_prefill_fold_{dt}_d{}_g{group}", c.head_dim));
                     }
                     names
                 }
@@ -1298,6 +1302,7 @@ impl CudaBackend {
             attn_decode_cluster: module_kernels[3][4],
             attn_decode_serial_pair: module_kernels[3][5],
             attn_prefill: module_kernels[3].get(6).copied(),
+            attn_prefill_fold: module_kernels[3].get(7).copied(),
             prepare: module_kernels[4][0],
             sample: module_kernels[4][1],
             read_bandwidth: module_kernels[5][0],
@@ -1372,12 +1377,20 @@ impl CudaBackend {
         }
         // attn_prefill keeps its rows' queries and two KV stages in dynamic shared memory;
         // where the device refuses, attn_split takes its launches (the same partials).
-        if let Some(kp) = k.attn_prefill {
-            match gpu.with_dynamic_shared(kp, attn_prefill_shared(config.head_dim)) {
-                Ok(kp) => k.attn_prefill = Some(kp),
-                Err(e) => {
+        if let (Some(kp), Some(kf)) = (k.attn_prefill, k.attn_prefill_fold) {
+            let bytes = attn_prefill_shared(config.head_dim);
+            match (
+                gpu.with_dynamic_shared(kp, bytes),
+                gpu.with_dynamic_shared(kf, bytes),
+            ) {
+                (Ok(kp), Ok(kf)) => {
+                    k.attn_prefill = Some(kp);
+                    k.attn_prefill_fold = Some(kf);
+                }
+                (Err(e), _) | (_, Err(e)) => {
                     tracing::warn!(arch, "attn_prefill cannot run ({e}); attn_split does");
                     k.attn_prefill = None;
+                    k.attn_prefill_fold = None;
                 }
             }
         }
@@ -2263,8 +2276,9 @@ impl CudaBackend {
 
     /// The attention of token rows `off..off + t`, each one of a prompt chunk's: rope_append
     /// writes every key and value of those rows to the pool first (a prompt token attends to
-    /// its chunk's earlier ones), attn_prefill (or attn_split) computes the split partials and
-    /// attn_combine merges them. The kernels see the rows from `off` on as a step of their own
+    /// its chunk's earlier ones), then attn_prefill_fold computes and merges the rows' split
+    /// partials in its blocks (`prefill_fold_from`), or attn_prefill (or attn_split) computes
+    /// them and attn_combine merges them: the same bits. The kernels see the rows from `off` on as a step of their own
     /// (`meta_from`).
     fn enqueue_prompt_attention(
         &mut self,
@@ -2328,6 +2342,30 @@ impl CudaBackend {
             .arg(&b.tables.ptr)
             .arg(&geo)
             .arg(&heads);
+        if let Some(kf) = self.k.attn_prefill_fold.filter(|_| {
+            self.tuning.prefill_attention && self.tuning.prefill_fold_from.is_some_and(|n| t >= n)
+        }) {
+            let groups = t.div_ceil(tokens_per_block);
+            let (xh, xh_wg) = self.half_rows(half, off);
+            // SAFETY: attn_prefill_fold_*(StepMeta, const float* q, const KV* kv,
+            // const int* tables, KvGeometry, int heads, int window, float scale, float* out,
+            // KV* xh, int xh_wg) over blocks of ATTN_PREFILL_ROWS / group tokens (the kernel
+            // loaded for this model's group size), one block per group and kv head: out holds
+            // max_step_tokens × q_dim floats from row off, xh (null or in xb) as many 16-bit
+            // values; reads stay within positions the block tables cover.
+            return unsafe {
+                self.gpu.launch(
+                    kf,
+                    (groups as u32, kv_heads as u32, 1),
+                    ATTN_THREADS,
+                    args.arg(&window)
+                        .arg(&scale)
+                        .arg(&attn)
+                        .arg(&xh)
+                        .arg(&xh_wg),
+                )
+            };
+        }
         let (kernel, grid, args) = match self.k.attn_prefill {
             Some(k) if self.tuning.prefill_attention => {
                 let groups = t.div_ceil(tokens_per_block);

@@ -63,6 +63,12 @@ pub struct KernelTuning {
     /// sequence share each KV tile) instead of one block per token (`attn_split`); head dims 64
     /// and 128.
     pub prefill_attention: bool,
+    /// Prompt launches of at least this many rows run `attn_prefill_fold` (with
+    /// `prefill_attention`): one block takes all of its rows' splits and folds them into their
+    /// merge itself, so no partial goes through memory and no attn_combine follows. Fewer rows
+    /// keep the splits spread over several blocks per token group (parallelism for short
+    /// prompts). The same bits either way.
+    pub prefill_fold_from: Option<usize>,
     /// In steps that mix decode tokens with prompt chunks, the decode tokens' attention runs
     /// through the decode kernels (as in decode-only steps) and only the prompt rows through
     /// rope_append, attn_prefill and attn_combine. Off, attn_prefill takes every row, and its
@@ -143,6 +149,9 @@ impl Default for KernelTuning {
     /// step and 16 7.32 → 5.79 over 128-token prompts, 5.85 → 5.13 and 8.34 → 6.18 over 512;
     /// batch 4 +0.6–3%; from 2 tokens batch 2 lost 2–7%. The 128-token GEMM tiles staged by
     /// tensor copies (H100, 2026-11-26 twelfth session): a 2,048-token prompt 101.9 → 91.8 ms.
+    /// Prompt attention folded in its blocks from one row (H200, 2026-11-27 nineteenth
+    /// session): a 2,048-token prompt 91.1 → 84.9 ms, 512 tokens 22.2 → 20.4, 64 closed-loop
+    /// streams +2%.
     fn default() -> Self {
         KernelTuning {
             deep_n1_blocks_per_sm: 2,
@@ -159,6 +168,7 @@ impl Default for KernelTuning {
             gemm_split: GemmSplit::Auto,
             gemm_min_k: 4096,
             prefill_attention: true,
+            prefill_fold_from: Some(1),
             mixed_decode_attention: true,
             wgmma: true,
             wg_specialized: false,
@@ -188,6 +198,7 @@ impl KernelTuning {
             gemm_split: GemmSplit::Fixed(1),
             gemm_min_k: 0,
             prefill_attention: false,
+            prefill_fold_from: None,
             mixed_decode_attention: false,
             wgmma: false,
             wg_specialized: false,
@@ -202,7 +213,8 @@ impl KernelTuning {
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
-    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`, `NERVA_ATTN_MIXED=1`,
+    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`,
+    /// `NERVA_ATTN_FOLD=<tokens>`, `NERVA_ATTN_MIXED=1`,
     /// `NERVA_WGMMA=1`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
     /// `NERVA_WG_STREAM_BLOCKS=<blocks>` applied (`0` turns a variant off;
@@ -248,6 +260,7 @@ impl KernelTuning {
             },
             gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
+            prefill_fold_from: from("NERVA_ATTN_FOLD", d.prefill_fold_from),
             mixed_decode_attention: var("NERVA_ATTN_MIXED")
                 .map_or(d.mixed_decode_attention, |v| v != 0),
             wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),

@@ -78,6 +78,46 @@ struct AttnRows {
         values(v, D, pa);
     }
 
+    // The online-softmax update of the lane's two rows (h = 0, 1) by the tile's scores s
+    // (n-tile j, element 2h + e: position 8j + 2 (lane % 4) + e), the first n0 / n1 positions
+    // valid (MASK; else all): s becomes P, m and l move on, corr gets o's correction.
+    template <bool MASK>
+    __device__ __forceinline__ void online(float (&s)[4][4], int n0, int n1, float scale,
+                                           float (&corr)[2]) {
+        const int c2 = (threadIdx.x & 3) * 2;
+        const int n[2] = {n0, n1};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const bool ok = !MASK || 8 * j + c2 + e < n[h];
+                    s[j][2 * h + e] = ok ? __fmul_rn(s[j][2 * h + e], scale) : -INFINITY;
+                    mx = fmaxf(mx, s[j][2 * h + e]);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[h], mx);
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const bool ok = !MASK || 8 * j + c2 + e < n[h];
+                    const float p = ok ? expf(__fsub_rn(s[j][2 * h + e], m_new)) : 0.f;
+                    s[j][2 * h + e] = p;
+                    sum = __fadd_rn(sum, p);
+                }
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            corr[h] = m[h] == -INFINITY ? 0.f : expf(__fsub_rn(m[h], m_new));
+            l[h] = fmaf(l[h], corr[h], sum);
+            m[h] = m_new;
+        }
+    }
+
     // The tile's first half: the scores against the keys and the online-softmax update (o
     // rescaled), leaving P in `pa` for values(). Split so a caller can reuse the keys' buffer
     // while the values are still on their way. L: the keys' layout (the queries are padded).
@@ -108,46 +148,24 @@ struct AttnRows {
                 mma_16816(s[2 * jp + 1], a, b[2], b[3], type);
             }
         }
-        // Online softmax of the lane's two rows (h = 0, 1).
-        const int c2 = (lane & 3) * 2;
-        const int n[2] = {n0, n1};
+        // Online softmax of the lane's two rows. Where every position of every row of the
+        // warp is valid (all tiles but a span's last) without the masks: the same operations
+        // on the same values. (A choice the whole warp makes: online() shuffles.)
         float corr[2];
+        if (__all_sync(0xffffffffu, n0 >= ATTN_TILE && n1 >= ATTN_TILE))
+            online<false>(s, n0, n1, scale, corr);
+        else
+            online<true>(s, n0, n1, scale, corr);
+        // o scaled by the correction, unless no row's maximum moved in any lane (corr 1, and
+        // x · 1 = x): past a span's first tiles the usual case.
+        if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const bool ok = 8 * j + c2 + e < n[h];
-                    s[j][2 * h + e] = ok ? __fmul_rn(s[j][2 * h + e], scale) : -INFINITY;
-                    mx = fmaxf(mx, s[j][2 * h + e]);
-                }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[h], mx);
-            float sum = 0.f;
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const bool ok = 8 * j + c2 + e < n[h];
-                    const float p = ok ? expf(__fsub_rn(s[j][2 * h + e], m_new)) : 0.f;
-                    s[j][2 * h + e] = p;
-                    sum = __fadd_rn(sum, p);
-                }
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-            corr[h] = m[h] == -INFINITY ? 0.f : expf(__fsub_rn(m[h], m_new));
-            l[h] = fmaf(l[h], corr[h], sum);
-            m[h] = m_new;
-        }
-#pragma unroll
-        for (int nn = 0; nn < NT; ++nn) {
-            o[nn][0] = __fmul_rn(o[nn][0], corr[0]);
-            o[nn][1] = __fmul_rn(o[nn][1], corr[0]);
-            o[nn][2] = __fmul_rn(o[nn][2], corr[1]);
-            o[nn][3] = __fmul_rn(o[nn][3], corr[1]);
+            for (int nn = 0; nn < NT; ++nn) {
+                o[nn][0] = __fmul_rn(o[nn][0], corr[0]);
+                o[nn][1] = __fmul_rn(o[nn][1], corr[0]);
+                o[nn][2] = __fmul_rn(o[nn][2], corr[1]);
+                o[nn][3] = __fmul_rn(o[nn][3], corr[1]);
+            }
         }
         // P as A fragments: k-step kk covers positions 16kk .. 16kk + 15 (n-tiles 2kk, 2kk + 1).
 #pragma unroll

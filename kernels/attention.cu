@@ -225,9 +225,9 @@ struct HalfRow {
     }
 };
 
-// How every attention kernel merges a row's split partials (m_z, l_z, o_z): a fold over the
-// splits z in order,
-//     M' = max(M, m_z), a = e^(M - M'), b = e^(m_z - M'), L = L a + l_z b, O = O a + o_z b,
+// How every attention kernel merges a row's split partials (m_z, l_z, o_z; m in base 2, as
+// attn_mma.cuh keeps it): a fold over the splits z in order,
+//     M' = max(M, m_z), a = 2^(M - M'), b = 2^(m_z - M'), L = L a + l_z b, O = O a + o_z b,
 // from (M, L, O) = (-inf, 0, 0), and out = O / L. A split with no position (m_z = -inf) leaves
 // the fold as it is. In order, the fold lets attn_prefill take each split in as it finishes,
 // without its partial's trip through memory, and every kernel that merges (attn_decode, the
@@ -244,8 +244,8 @@ struct SplitFold {
     __device__ __forceinline__ bool add(float mz, float lz, float& a, float& b) {
         if (mz == -INFINITY) return false;
         const float mn = fmaxf(m, mz);
-        a = m == -INFINITY ? 0.f : expf(__fsub_rn(m, mn));
-        b = expf(__fsub_rn(mz, mn));
+        a = m == -INFINITY ? 0.f : m == mn ? 1.f : attn_exp2(__fsub_rn(m, mn));
+        b = mz == mn ? 1.f : attn_exp2(__fsub_rn(mz, mn));
         l = __fmaf_rn(lz, b, __fmul_rn(l, a));
         m = mn;
         return true;

@@ -3,9 +3,12 @@
 // m16n8k16 (16-bit operands, f32 accumulators).
 //
 // Per tile, for each row (q: the row's rotated query rounded to the KV type):
-//   s_j = (q · k_j as one mma chain over the head dims, 16 at a time in order) * scale, for the
-//         row's valid positions j (the others are -inf and weigh exactly 0);
-//   m'  = max(m, max_j s_j);  p_j = e^(s_j - m');  corr = e^(m - m') (0 while m is -inf);
+//   s_j = (q · k_j as one mma chain over the head dims, 16 at a time in order) * scale log2(e),
+//         for the row's valid positions j (the others are -inf and weigh exactly 0);
+//   m'  = max(m, max_j s_j);  p_j = 2^(s_j - m');  corr = 2^(m - m') (0 while m is -inf, 1
+//         where m' = m);
+// (scores in base 2: 2^x is one ex2.approx instruction, e^x about eight; m and the merge's
+// weights stay in base 2 throughout);
 //   l   = l * corr + sum_j p_j, the sum in one fixed order: each lane of a quad adds its eight
 //         values (n-tile 0..3, column pair in order), then the quad adds xor 1 and xor 2;
 //   o   = o * corr + P · V, P = p rounded to the KV type, one mma chain over positions 0-15
@@ -26,6 +29,16 @@
 #pragma once
 #include "common.cuh"
 #include "tensor_core.cuh"
+
+// 2^x for the softmax (ex2.approx, results below 2^-126 flushed to 0: weights that small add
+// nothing); the same instruction in every kernel, so the same bits.
+__device__ __forceinline__ float attn_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// log2(e), which takes the scores' scale into base 2.
+#define ATTN_LOG2E 1.4426950408889634f
 
 #define ATTN_TILE 32
 #define ATTN_ROW(D) ((D) + 8)
@@ -86,6 +99,7 @@ struct AttnRows {
                                            float (&corr)[2]) {
         const int c2 = (threadIdx.x & 3) * 2;
         const int n[2] = {n0, n1};
+        const float scale2 = __fmul_rn(scale, ATTN_LOG2E);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float mx = -INFINITY;
@@ -94,7 +108,7 @@ struct AttnRows {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const bool ok = !MASK || 8 * j + c2 + e < n[h];
-                    s[j][2 * h + e] = ok ? __fmul_rn(s[j][2 * h + e], scale) : -INFINITY;
+                    s[j][2 * h + e] = ok ? __fmul_rn(s[j][2 * h + e], scale2) : -INFINITY;
                     mx = fmaxf(mx, s[j][2 * h + e]);
                 }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -106,13 +120,15 @@ struct AttnRows {
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const bool ok = !MASK || 8 * j + c2 + e < n[h];
-                    const float p = ok ? expf(__fsub_rn(s[j][2 * h + e], m_new)) : 0.f;
+                    const float p = ok ? attn_exp2(__fsub_rn(s[j][2 * h + e], m_new)) : 0.f;
                     s[j][2 * h + e] = p;
                     sum = __fadd_rn(sum, p);
                 }
             sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
             sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-            corr[h] = m[h] == -INFINITY ? 0.f : expf(__fsub_rn(m[h], m_new));
+            corr[h] = m[h] == -INFINITY ? 0.f
+                      : m[h] == m_new  ? 1.f
+                                       : attn_exp2(__fsub_rn(m[h], m_new));
             l[h] = fmaf(l[h], corr[h], sum);
             m[h] = m_new;
         }

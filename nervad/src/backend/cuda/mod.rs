@@ -2278,8 +2278,8 @@ impl CudaBackend {
     /// writes every key and value of those rows to the pool first (a prompt token attends to
     /// its chunk's earlier ones), then attn_prefill_fold computes and merges the rows' split
     /// partials in its blocks (`prefill_fold_from`), or attn_prefill (or attn_split) computes
-    /// them and attn_combine merges them: the same bits. The kernels see the rows from `off` on as a step of their own
-    /// (`meta_from`).
+    /// them and attn_combine merges them: the same bits. The kernels see the rows from `off` on
+    /// as a step of their own (`meta_from`).
     fn enqueue_prompt_attention(
         &mut self,
         li: usize,

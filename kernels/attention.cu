@@ -435,8 +435,11 @@ __device__ __forceinline__ void attn_split_body(
 // bits, and attn_combine merges them as before. Token groups run last first: causal attention
 // gives the later tokens the most tiles.
 #define ATTN_PREFILL_ROWS (16 * ATTN_WARPS)
+// KV tiles an attn_prefill block computes per barrier (PREFILL_TPI(FOLD)), and stages at once:
+// those and the next as many, on their way.
+#define PREFILL_TPI(FOLD) ((FOLD) ? 2 : 1)
 
-// Positions [base, base + n) of kv head g (rows of `table`) staged at `dst` by `threads` threads
+// Positions [base, base + n) of one kv head (`rows`) staged at `dst` by `threads` threads
 // (this one `tid`): keys, then values, ATTN_TILE rows of ATTN_ROW(D) elements each; positions
 // past n zero-filled. LP = max(2, threads / ATTN_TILE) threads share a position, each looking its
 // page up once and copying the position's chunks tid % LP, + LP, ... of key and value: a warp
@@ -447,20 +450,15 @@ __device__ __forceinline__ void attn_split_body(
 // 16-byte padding spreads a pass's writes over every bank. attn_prefill stages with the block
 // (attn_decode_serial stages each half of a tile on its own: SerialStager).
 template <typename KV>
-__device__ __forceinline__ void stage_tile(u32 dst, const KV* kv, const int* table,
-                                           const KvGeometry& geo, int g, int D, int base, int n,
-                                           int tid, int threads) {
+__device__ __forceinline__ void stage_tile(u32 dst, const KV* kv, const KvRows& rows, int D,
+                                           int base, int n, int tid, int threads) {
     const int lp = max(2, threads / ATTN_TILE), per = threads / lp, ch = D / 8;
     if (tid >= per * lp) return;
-    const size_t to_v = (size_t)geo.page_tokens * geo.kv_dim;  // key row → value row
+    const size_t to_v = (size_t)rows.page_tokens * rows.kv_dim;  // key row → value row
 #pragma unroll
     for (int p = tid / lp; p < ATTN_TILE; p += per) {
         const bool ok = p < n;
-        const KV* src = kv;
-        if (ok) {
-            const int j = base + p;
-            src = kv + kv_offset(geo, table[j / geo.page_tokens], 0, j) + g * D;
-        }
+        const KV* src = ok ? kv + rows.key_row(base + p) : kv;
         const u32 at = dst + p * ATTN_ROW(D) * 2;
 #pragma unroll 4
         for (int c = tid % lp; c < ch; c += lp) {
@@ -486,7 +484,7 @@ __device__ __forceinline__ void attn_prefill_body(
     static_assert(GQ >= 1 && 16 % GQ == 0, "whole tokens per warp");
     constexpr int QT = ATTN_PREFILL_ROWS / GQ, ROW = ATTN_ROW(DIM), Z = ATTN_SPLITS;
     constexpr int STAGE_BYTES = 2 * ATTN_TILE * ROW * 2;
-    // Dynamic: the rows' queries in the KV type, then two stages (the host's
+    // Dynamic: the rows' queries in the KV type, then 2 PREFILL_TPI stages (the host's
     // attn_prefill_shared).
     extern __shared__ uint4 dyn[];
     __shared__ int span[QT], first[QT];
@@ -553,67 +551,154 @@ __device__ __forceinline__ void attn_prefill_body(
         const bool mine = wr / GQ < r1 && (wr + 15) / GQ >= r0;
         const int* tab = table[r0];
         const int fst = first[r0];
-        // The run's tiles: split z = zb, zb + ZB, ... (those with a tile), tiles z, z + Z, ...
-        if (zb * ATTN_TILE < smax) {
-            stage_tile<KV>(stage0, kv, tab, geo, g, DIM, fst + zb * ATTN_TILE,
-                           min(ATTN_TILE, smax - zb * ATTN_TILE), tid, ATTN_THREADS);
+        // The run's tiles in order: split z = zb, zb + ZB, ... (those with a tile), tiles z,
+        // z + Z, ... of it. A tile is (split, tile index); split Z: past the last.
+        struct Tile {
+            int z, s;
+        };
+        auto next = [&](Tile t) {
+            Tile n{t.z, t.s + Z};
+            if (n.s * ATTN_TILE >= smax) n.z = n.s = t.z + ZB;
+            if (n.z >= Z || n.s * ATTN_TILE >= smax) n.z = Z;
+            return n;
+        };
+        const KvRows pages(geo, tab, g, DIM);
+        auto stage = [&](Tile t, int slot) {
+            if (t.z < Z)
+                stage_tile<KV>(stage0 + slot * STAGE_BYTES, kv, pages, DIM,
+                               fst + t.s * ATTN_TILE, min(ATTN_TILE, smax - t.s * ATTN_TILE),
+                               tid, ATTN_THREADS);
+        };
+        const u32 q_rows = q_base + wr * ROW * 2;
+        // A split's tile done, `after` the one that follows it (z = Z: none): where it ends the
+        // split, into the fold of each of the lane's rows it reached (FOLD; a row of another
+        // run, or whose span ends before the split, has no position in it: m = -inf, left out
+        // as the merge leaves it out), else the partials of the run's rows whose token has a
+        // tile in it (attn_combine reads no others); the rows start the next split afresh.
+        auto split_end = [&](Tile t, Tile after) {
+            if (after.z == t.z) return;
+            if constexpr (FOLD) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float a, b;
+                    if (!fold[h].add(rows.m[h], rows.l[h], a, b)) continue;
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
+                        fo[n][2 * h] = fold_value(fo[n][2 * h], rows.o[n][2 * h], a, b);
+                        fo[n][2 * h + 1] = fold_value(fo[n][2 * h + 1], rows.o[n][2 * h + 1], a, b);
+                    }
+                }
+            } else {
+                const int z = t.z;
+                auto entry = [&](int r) {
+                    const int j = (wr + r) / GQ;
+                    return ((size_t)(t0 + j) * heads + g * GQ + (wr + r) % GQ) * Z + z;
+                };
+                rows.store(
+                    DIM,
+                    [&](int r) {
+                        const int j = (wr + r) / GQ;
+                        return j >= r0 && j < r1 && z * ATTN_TILE < span[j];
+                    },
+                    [&](int r) { return part_o + entry(r) * DIM; },
+                    [&](int r) { return part_ml + entry(r) * 2; });
+            }
+            rows.init();
+        };
+        // Tile t's valid positions for the lane's two rows.
+        auto valid = [&](Tile t, int (&n)[2]) {
+            const int js[2] = {ja, jb};
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                n[h] = js[h] >= r0 && js[h] < r1 ? span[js[h]] - t.s * ATTN_TILE : 0;
+        };
+        // Tile t (staged in `slot`) from its raw scores: softmax, values, and the split's end.
+        auto finish = [&](Tile t, float (&sc)[1][4][4], int slot, Tile after) {
+            int n[1][2];
+            valid(t, n[0]);
+            u32 pa[1][2][4];
+            float corr[1][2];
+            bool rescale[1];
+            rows.template update<1>(sc, n, scale, pa, corr, rescale);
+            rows.rescale_o(corr[0], rescale[0]);
+            rows.values(stage0 + slot * STAGE_BYTES + ATTN_TILE * ROW * 2, DIM, pa[0]);
+            split_end(t, after);
+        };
+        // The run's tiles TPI at a time (a group), each group staged while the one before
+        // computes. FOLD (one block per SM, registers to spare) takes two: their scores' mma
+        // chains side by side, and where both are of one split, their softmax too (the same
+        // operations in the same order as one after the other: the same bits).
+        constexpr int TPI = PREFILL_TPI(FOLD);
+        Tile cur[TPI];
+        cur[0] = Tile{zb, zb};
+        if (zb * ATTN_TILE >= smax) cur[0].z = Z;
+#pragma unroll
+        for (int i = 1; i < TPI; ++i) cur[i] = cur[i - 1].z < Z ? next(cur[i - 1]) : cur[i - 1];
+        if (cur[0].z < Z) {
+            rows.init();
+#pragma unroll
+            for (int i = 0; i < TPI; ++i) stage(cur[i], i);
             cp_async_commit();
-            for (int z = zb, s = zb, k = 0;; ++k) {
-                int nz = z, ns = s + Z;
-                if (ns * ATTN_TILE >= smax) nz = ns = z + ZB;
-                const bool more = nz < Z && ns * ATTN_TILE < smax;
-                if (more)
-                    stage_tile<KV>(stage0 + ((k + 1) & 1) * STAGE_BYTES, kv, tab, geo, g, DIM,
-                                   fst + ns * ATTN_TILE, min(ATTN_TILE, smax - ns * ATTN_TILE),
-                                   tid, ATTN_THREADS);
+            for (int k = 0;; ++k) {
+                const int base = (k & 1) * TPI;  // this group's first slot
+                Tile nxt[TPI];
+                nxt[0] = cur[TPI - 1].z < Z ? next(cur[TPI - 1]) : Tile{Z, 0};
+#pragma unroll
+                for (int i = 1; i < TPI; ++i)
+                    nxt[i] = nxt[i - 1].z < Z ? next(nxt[i - 1]) : nxt[i - 1];
+#pragma unroll
+                for (int i = 0; i < TPI; ++i) stage(nxt[i], TPI - base + i);
                 cp_async_commit();
+                // This group landed (only the next group's copies may still be on their way).
                 cp_async_wait<1>();
                 __syncthreads();
                 if (mine) {
-                    if (s == z) rows.init();
-                    const u32 st = stage0 + (k & 1) * STAGE_BYTES;
-                    auto valid = [&](int j) {
-                        return j >= r0 && j < r1 ? span[j] - s * ATTN_TILE : 0;
-                    };
-                    rows.tile(q_base + wr * ROW * 2, st, st + ATTN_TILE * ROW * 2, DIM,
-                              valid(ja), valid(jb), scale);
-                    if (FOLD && nz != z) {
-                        // Split z done: into the fold of each of the lane's rows it reached (a
-                        // row of another run, or whose span ends before the split, has no
-                        // position in it: m = -inf, left out as the merge leaves it out).
+                    if constexpr (TPI == 2) {
+                        const Tile a = cur[0], b = cur[1];
+                        const u32 st[2] = {stage0 + base * STAGE_BYTES,
+                                           stage0 + (base + 1) * STAGE_BYTES};
+                        if (b.z >= Z) {
+                            float sc[1][4][4];
+                            const u32 k1[1] = {st[0]};
+                            rows.template raw_scores<1>(q_rows, k1, DIM, sc);
+                            finish(a, sc, base, b);
+                        } else if (a.z != b.z) {
+                            // Two splits: the scores side by side, then one after the other.
+                            float sc[2][1][4][4];
+                            rows.template raw_scores<2>(
+                                q_rows, st, DIM, reinterpret_cast<float(&)[2][4][4]>(sc));
+                            finish(a, sc[0], base, b);
+                            finish(b, sc[1], base + 1, nxt[0]);
+                        } else {
+                            float sc[2][4][4];
+                            rows.template raw_scores<2>(q_rows, st, DIM, sc);
+                            int n[2][2];
+                            valid(a, n[0]);
+                            valid(b, n[1]);
+                            u32 pa[2][2][4];
+                            float corr[2][2];
+                            bool rescale[2];
+                            rows.template update<2>(sc, n, scale, pa, corr, rescale);
 #pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            float a, b;
-                            if (!fold[h].add(rows.m[h], rows.l[h], a, b)) continue;
-#pragma unroll
-                            for (int n = 0; n < NT; ++n) {
-                                fo[n][2 * h] = fold_value(fo[n][2 * h], rows.o[n][2 * h], a, b);
-                                fo[n][2 * h + 1] =
-                                    fold_value(fo[n][2 * h + 1], rows.o[n][2 * h + 1], a, b);
+                            for (int i = 0; i < 2; ++i) {
+                                rows.rescale_o(corr[i], rescale[i]);
+                                rows.values(st[i] + ATTN_TILE * ROW * 2, DIM, pa[i]);
                             }
+                            split_end(b, nxt[0]);
                         }
-                    } else if (nz != z) {
-                        // Split z done: the partials of the run's rows whose token has a tile
-                        // in it (attn_combine reads no others).
-                        auto entry = [&](int r) {
-                            const int j = (wr + r) / GQ;
-                            return ((size_t)(t0 + j) * heads + g * GQ + (wr + r) % GQ) * Z + z;
-                        };
-                        rows.store(
-                            DIM,
-                            [&](int r) {
-                                const int j = (wr + r) / GQ;
-                                return j >= r0 && j < r1 && z * ATTN_TILE < span[j];
-                            },
-                            [&](int r) { return part_o + entry(r) * DIM; },
-                            [&](int r) { return part_ml + entry(r) * 2; });
+                    } else {
+                        float sc[1][4][4];
+                        const u32 k1[1] = {stage0 + base * STAGE_BYTES};
+                        rows.template raw_scores<1>(q_rows, k1, DIM, sc);
+                        finish(cur[0], sc, base, nxt[0]);
                     }
                 }
-                // Every read of this stage is done before it is staged again.
+                // Every read of this group's stages is done before the group after the next
+                // is staged there.
                 __syncthreads();
-                if (!more) break;
-                z = nz;
-                s = ns;
+                if (nxt[0].z >= Z) break;
+#pragma unroll
+                for (int i = 0; i < TPI; ++i) cur[i] = nxt[i];
             }
             cp_async_wait<0>();
         }

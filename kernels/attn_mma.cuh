@@ -91,46 +91,173 @@ struct AttnRows {
         values(v, D, pa);
     }
 
-    // The online-softmax update of the lane's two rows (h = 0, 1) by the tile's scores s
-    // (n-tile j, element 2h + e: position 8j + 2 (lane % 4) + e), the first n0 / n1 positions
-    // valid (MASK; else all): s becomes P, m and l move on, corr gets o's correction.
-    template <bool MASK>
-    __device__ __forceinline__ void online(float (&s)[4][4], int n0, int n1, float scale,
-                                           float (&corr)[2]) {
+    // The online-softmax update of the lane's two rows (h = 0, 1) by N consecutive tiles of one
+    // split, in order, with scores s[t] (n-tile j, element 2h + e: position 8j + 2 (lane % 4)
+    // + e), the first n[t][h] positions valid (MASK; else all): each s[t] becomes P, m and l
+    // move on, corr[t] gets o's correction before tile t's values, and rescale[t] whether it
+    // is needed in this lane. Each row's and each tile's operations and their order are those of
+    // N updates one after another; only independent work goes side by side (the rows', and the
+    // tiles' scaling, maxima, exponentials and sums: their shuffles in flight together).
+    template <bool MASK, int N>
+    __device__ __forceinline__ void online(float (&s)[N][4][4], const int (&n)[N][2],
+                                           float scale, float (&corr)[N][2],
+                                           bool (&rescale)[N]) {
         const int c2 = (threadIdx.x & 3) * 2;
-        const int n[2] = {n0, n1};
         const float scale2 = __fmul_rn(scale, ATTN_LOG2E);
+        float mx[N][2];
+#pragma unroll
+        for (int t = 0; t < N; ++t)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                mx[t][h] = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const bool ok = !MASK || 8 * j + c2 + e < n[t][h];
+                        float& x = s[t][j][2 * h + e];
+                        x = ok ? __fmul_rn(x, scale2) : -INFINITY;
+                        mx[t][h] = fmaxf(mx[t][h], x);
+                    }
+            }
+#pragma unroll
+        for (int x = 1; x <= 2; x *= 2) {
+            float o[N][2];
+#pragma unroll
+            for (int t = 0; t < N; ++t)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) o[t][h] = __shfl_xor_sync(0xffffffffu, mx[t][h], x);
+#pragma unroll
+            for (int t = 0; t < N; ++t)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) mx[t][h] = fmaxf(mx[t][h], o[t][h]);
+        }
+        // Each tile's new maximum (tile t's from tile t - 1's), then its weights and their sum.
+        float mn[N][2], sum[N][2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            float mx = -INFINITY;
+            float prev = m[h];
+#pragma unroll
+            for (int t = 0; t < N; ++t) prev = mn[t][h] = fmaxf(prev, mx[t][h]);
+        }
+#pragma unroll
+        for (int t = 0; t < N; ++t)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                sum[t][h] = 0.f;
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const bool ok = !MASK || 8 * j + c2 + e < n[t][h];
+                        float& x = s[t][j][2 * h + e];
+                        x = ok ? attn_exp2(__fsub_rn(x, mn[t][h])) : 0.f;
+                        sum[t][h] = __fadd_rn(sum[t][h], x);
+                    }
+            }
+#pragma unroll
+        for (int x = 1; x <= 2; x *= 2) {
+            float o[N][2];
+#pragma unroll
+            for (int t = 0; t < N; ++t)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) o[t][h] = __shfl_xor_sync(0xffffffffu, sum[t][h], x);
+#pragma unroll
+            for (int t = 0; t < N; ++t)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) sum[t][h] = __fadd_rn(sum[t][h], o[t][h]);
+        }
+#pragma unroll
+        for (int t = 0; t < N; ++t) {
+            rescale[t] = false;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                // While m is -inf, o is exactly 0 (every P so far 0), so o · 0 = o: only a
+                // maximum that moved from a finite value needs o rescaled.
+                corr[t][h] = m[h] == -INFINITY  ? 0.f
+                             : m[h] == mn[t][h] ? 1.f
+                                                : attn_exp2(__fsub_rn(m[h], mn[t][h]));
+                rescale[t] |= m[h] != -INFINITY && m[h] != mn[t][h];
+                l[h] = fmaf(l[h], corr[t][h], sum[t][h]);
+                m[h] = mn[t][h];
+            }
+        }
+    }
+
+    // The scores of N tiles against the keys, unscaled: s[t] (n-tile j, positions 8j .. 8j + 7;
+    // every position of the tile, valid or not), the tiles' mma chains side by side. L: the
+    // keys' layout (the queries are padded).
+    template <int N, typename L = TilePadded>
+    __device__ __forceinline__ void raw_scores(u32 q, const u32 (&k)[N], int D,
+                                               float (&s)[N][4][4]) const {
+        const int lane = threadIdx.x & 31, mi = lane >> 3, rr = lane & 7;
+        const int stride = ATTN_ROW(D) * 2;  // bytes
+        const KV* type = nullptr;
+#pragma unroll
+        for (int t = 0; t < N; ++t)
 #pragma unroll
             for (int j = 0; j < 4; ++j)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const bool ok = !MASK || 8 * j + c2 + e < n[h];
-                    s[j][2 * h + e] = ok ? __fmul_rn(s[j][2 * h + e], scale2) : -INFINITY;
-                    mx = fmaxf(mx, s[j][2 * h + e]);
-                }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[h], mx);
-            float sum = 0.f;
+                for (int e = 0; e < 4; ++e) s[t][j][e] = 0.f;
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
+        for (int kk = 0; kk < MAXD / 16; ++kk) {
+            if (kk * 16 >= D) break;
+            u32 a[4];
+            ldsm_x4<false>(q + (lane & 15) * stride + (kk * 16 + (lane >> 4) * 8) * 2, a);
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const bool ok = !MASK || 8 * j + c2 + e < n[h];
-                    const float p = ok ? attn_exp2(__fsub_rn(s[j][2 * h + e], m_new)) : 0.f;
-                    s[j][2 * h + e] = p;
-                    sum = __fadd_rn(sum, p);
+            for (int t = 0; t < N; ++t)
+#pragma unroll
+                for (int jp = 0; jp < 2; ++jp) {
+                    // Matrix mi: positions of n-tile 2jp + mi / 2, dims kk*16 + 8 (mi % 2).
+                    u32 b[4];
+                    ldsm_x4<false>(
+                        L::at(k[t], (2 * jp + (mi >> 1)) * 8 + rr, kk * 16 + (mi & 1) * 8, D), b);
+                    mma_16816(s[t][2 * jp], a, b[0], b[1], type);
+                    mma_16816(s[t][2 * jp + 1], a, b[2], b[3], type);
                 }
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-            corr[h] = m[h] == -INFINITY ? 0.f
-                      : m[h] == m_new  ? 1.f
-                                       : attn_exp2(__fsub_rn(m[h], m_new));
-            l[h] = fmaf(l[h], corr[h], sum);
-            m[h] = m_new;
+        }
+    }
+
+    // The online-softmax update by N consecutive tiles' raw scores of one split (n[t]: valid
+    // positions of the lane's rows, ≤ 0 none), leaving each tile's P in pa[t] and o's
+    // correction before its values in corr[t] (rescale_o, then values, tile by tile).
+    template <int N>
+    __device__ __forceinline__ void update(float (&s)[N][4][4], const int (&n)[N][2],
+                                           float scale, u32 (&pa)[N][2][4], float (&corr)[N][2],
+                                           bool (&rescale)[N]) {
+        // Where every position of every row of the warp is valid (all tiles but a span's last)
+        // without the masks: the same operations on the same values. (A choice the whole warp
+        // makes: online() shuffles.)
+        bool full = true;
+#pragma unroll
+        for (int t = 0; t < N; ++t) full = full && n[t][0] >= ATTN_TILE && n[t][1] >= ATTN_TILE;
+        if (__all_sync(0xffffffffu, full))
+            online<false, N>(s, n, scale, corr, rescale);
+        else
+            online<true, N>(s, n, scale, corr, rescale);
+        // P as A fragments: k-step kk covers positions 16kk .. 16kk + 15 (n-tiles 2kk, 2kk + 1).
+#pragma unroll
+        for (int t = 0; t < N; ++t)
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+                pa[t][kk][0] = pack2<KV>(s[t][2 * kk][0], s[t][2 * kk][1]);
+                pa[t][kk][1] = pack2<KV>(s[t][2 * kk][2], s[t][2 * kk][3]);
+                pa[t][kk][2] = pack2<KV>(s[t][2 * kk + 1][0], s[t][2 * kk + 1][1]);
+                pa[t][kk][3] = pack2<KV>(s[t][2 * kk + 1][2], s[t][2 * kk + 1][3]);
+            }
+    }
+
+    // o scaled by a tile's correction, unless no row's maximum moved from a finite value in any
+    // lane (corr 1, and x · 1 = x; or o still 0): past a span's first tiles the usual case.
+    __device__ __forceinline__ void rescale_o(const float (&corr)[2], bool rescale) {
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int nn = 0; nn < NT; ++nn) {
+                o[nn][0] = __fmul_rn(o[nn][0], corr[0]);
+                o[nn][1] = __fmul_rn(o[nn][1], corr[0]);
+                o[nn][2] = __fmul_rn(o[nn][2], corr[1]);
+                o[nn][3] = __fmul_rn(o[nn][3], corr[1]);
+            }
         }
     }
 
@@ -140,57 +267,19 @@ struct AttnRows {
     template <typename L = TilePadded>
     __device__ __forceinline__ void scores(u32 q, u32 k, int D, int n0, int n1, float scale,
                                            u32 (&pa)[2][4]) {
-        const int lane = threadIdx.x & 31, mi = lane >> 3, rr = lane & 7;
-        const int stride = ATTN_ROW(D) * 2;  // bytes
-        const KV* type = nullptr;
-        // Scores: n-tile j holds positions 8j .. 8j + 7.
-        float s[4][4];
+        float s[1][4][4];
+        const u32 keys[1] = {k};
+        raw_scores<1, L>(q, keys, D, s);
+        const int n[1][2] = {{n0, n1}};
+        u32 p[1][2][4];
+        float corr[1][2];
+        bool rescale[1];
+        update<1>(s, n, scale, p, corr, rescale);
+        rescale_o(corr[0], rescale[0]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int kk = 0; kk < 2; ++kk)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[j][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < MAXD / 16; ++kk) {
-            if (kk * 16 >= D) break;
-            u32 a[4];
-            ldsm_x4<false>(q + (lane & 15) * stride + (kk * 16 + (lane >> 4) * 8) * 2, a);
-#pragma unroll
-            for (int jp = 0; jp < 2; ++jp) {
-                // Matrix mi: positions of n-tile 2jp + mi / 2, dims kk*16 + 8 (mi % 2).
-                u32 b[4];
-                ldsm_x4<false>(L::at(k, (2 * jp + (mi >> 1)) * 8 + rr, kk * 16 + (mi & 1) * 8, D),
-                               b);
-                mma_16816(s[2 * jp], a, b[0], b[1], type);
-                mma_16816(s[2 * jp + 1], a, b[2], b[3], type);
-            }
-        }
-        // Online softmax of the lane's two rows. Where every position of every row of the
-        // warp is valid (all tiles but a span's last) without the masks: the same operations
-        // on the same values. (A choice the whole warp makes: online() shuffles.)
-        float corr[2];
-        if (__all_sync(0xffffffffu, n0 >= ATTN_TILE && n1 >= ATTN_TILE))
-            online<false>(s, n0, n1, scale, corr);
-        else
-            online<true>(s, n0, n1, scale, corr);
-        // o scaled by the correction, unless no row's maximum moved in any lane (corr 1, and
-        // x · 1 = x): past a span's first tiles the usual case.
-        if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
-#pragma unroll
-            for (int nn = 0; nn < NT; ++nn) {
-                o[nn][0] = __fmul_rn(o[nn][0], corr[0]);
-                o[nn][1] = __fmul_rn(o[nn][1], corr[0]);
-                o[nn][2] = __fmul_rn(o[nn][2], corr[1]);
-                o[nn][3] = __fmul_rn(o[nn][3], corr[1]);
-            }
-        }
-        // P as A fragments: k-step kk covers positions 16kk .. 16kk + 15 (n-tiles 2kk, 2kk + 1).
-#pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
-            pa[kk][0] = pack2<KV>(s[2 * kk][0], s[2 * kk][1]);
-            pa[kk][1] = pack2<KV>(s[2 * kk][2], s[2 * kk][3]);
-            pa[kk][2] = pack2<KV>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[kk][3] = pack2<KV>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
+            for (int i = 0; i < 4; ++i) pa[kk][i] = p[0][kk][i];
     }
 
     // The tile's second half: o += P · V. L: the values' layout.

@@ -15,10 +15,12 @@ pub(super) const ATTN_SERIAL_PAIR_THREADS: u32 = 128;
 /// (token, query head) rows of one attn_prefill block: 16 per warp (attention.cu's
 /// ATTN_PREFILL_ROWS).
 pub(super) const ATTN_PREFILL_ROWS: usize = 128;
-/// Dynamic shared memory of an attn_prefill block: the rows' queries and two stages of a KV
-/// tile (keys and values), rows of head_dim + 8 16-bit elements (attention.cu).
-pub(super) fn attn_prefill_shared(head_dim: usize) -> u32 {
-    ((ATTN_PREFILL_ROWS + 2 * 2 * ATTN_TILE) * (head_dim + 8) * 2) as u32
+/// Dynamic shared memory of an attn_prefill block (`fold`: of attn_prefill_fold): the rows'
+/// queries and the KV tiles it stages, keys and values, rows of head_dim + 8 16-bit elements
+/// (attention.cu): two stages of one tile, or of two for the fold (PREFILL_TPI).
+pub(super) fn attn_prefill_shared(head_dim: usize, fold: bool) -> u32 {
+    let stages = if fold { 4 } else { 2 };
+    ((ATTN_PREFILL_ROWS + stages * 2 * ATTN_TILE) * (head_dim + 8) * 2) as u32
 }
 /// Dynamic shared memory of an attn_decode_serial block: one tile (keys and values) for each
 /// computing warp, rows sized for the kernel's largest head dim (attention.cu's
@@ -562,8 +564,10 @@ mod tests {
         assert_eq!(prefill_split_blocks(16 * 8, SMS), 5);
         assert_eq!(prefill_split_blocks(1 << 20, SMS), 1);
         assert_eq!(prefill_split_blocks(1, SMS), ATTN_SPLITS);
-        // Queries of 128 rows and two stages of 32 keys + 32 values, rows padded by 8.
-        assert_eq!(attn_prefill_shared(128), (128 + 128) * 136 * 2);
+        // Queries of 128 rows and two stages of 32 keys + 32 values, rows padded by 8 (68 KiB:
+        // two blocks fit an SM on sm_80+); the fold's four (102 KiB, one block per SM).
+        assert_eq!(attn_prefill_shared(128, false), (128 + 128) * 136 * 2);
+        assert_eq!(attn_prefill_shared(128, true), (128 + 256) * 136 * 2);
         // One tile per computing warp (all of the block's up to head dim 128, half past it;
         // the general kernel is sized for 128), keys and values each in whole KiB: about 145
         // KiB for 8 warps, so the block fits beside its static shared memory on sm_80+, and

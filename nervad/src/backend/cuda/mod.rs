@@ -1375,13 +1375,13 @@ impl CudaBackend {
             );
             tuning.gemm_from = None;
         }
-        // attn_prefill keeps its rows' queries and two KV stages in dynamic shared memory;
+        // attn_prefill keeps its rows' queries and its KV stages in dynamic shared memory;
         // where the device refuses, attn_split takes its launches (the same partials).
         if let (Some(kp), Some(kf)) = (k.attn_prefill, k.attn_prefill_fold) {
-            let bytes = attn_prefill_shared(config.head_dim);
+            let hd = config.head_dim;
             match (
-                gpu.with_dynamic_shared(kp, bytes),
-                gpu.with_dynamic_shared(kf, bytes),
+                gpu.with_dynamic_shared(kp, attn_prefill_shared(hd, false)),
+                gpu.with_dynamic_shared(kf, attn_prefill_shared(hd, true)),
             ) {
                 (Ok(kp), Ok(kf)) => {
                     k.attn_prefill = Some(kp);

@@ -102,14 +102,17 @@ if has ncu; then
 fi
 if has ncu-prefill && command -v ncu >/dev/null; then
   # Where a 2,048-token prompt's step spends its time: the first layers' prefill kernels, each
-  # timed alone by ncu (serialized, base clocks: shares, not absolute speed).
+  # timed alone by ncu (serialized, base clocks: shares, not absolute speed; NCU_CLOCKS=none
+  # leaves the card's own clocks, to compare with the timed runs; NCU_PREFILL_STEP=1024 chunks
+  # the prompt as the timed runs do).
   model qwen3-8b
   # The first 396 matching launches are the decode table's 128-token prompt (36 layers × 11).
-  timeout 300 ncu --graph-profiling node -k "regex:attn_split|attn_combine|attn_prefill|rope_append|_gemm|_wg|to_half" \
+  timeout 300 ncu --graph-profiling node --clock-control ${NCU_CLOCKS:-base} \
+    -k "regex:attn_split|attn_combine|attn_prefill|rope_append|_gemm|_wg|to_half" \
     --launch-skip ${NCU_PREFILL_SKIP:-396} --launch-count ${NCU_PREFILL_LAUNCHES:-33} \
     --metrics gpu__time_duration.sum \
     "$B/gpu_decode" --model $M/qwen3-8b --batch 1 --tokens 2 --prefill ${NCU_PREFILL:-2048} \
-    --max-step-tokens ${NCU_PREFILL:-2048} > "$O/ncu_prefill.txt" 2>&1
+    --max-step-tokens ${NCU_PREFILL_STEP:-${NCU_PREFILL:-2048}} > "$O/ncu_prefill.txt" 2>&1
   ncu_times "$O/ncu_prefill.txt" | tee "$O/ncu_prefill_summary.log"
 fi
 if has parity-tiny; then

@@ -21,57 +21,93 @@ __device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s
     }
 }
 
-// src: the head's D projected values (f32); nw: its norm weights or null; cs/sn: the position's
-// D/2 cos and sin. Writes the rotated head to q_dst (f32) or k_dst (the KV type), whichever is
-// not null.
-template <typename KV>
-__device__ __forceinline__ void rope_head(const float* __restrict__ src,
-                                          const float* __restrict__ nw, float eps,
-                                          const float* __restrict__ cs,
-                                          const float* __restrict__ sn, int head_dim, int lane,
-                                          float* __restrict__ q_dst, KV* __restrict__ k_dst) {
+// The fast path's operands (head_dim / 2 a multiple of 32, at most 128): lane's elements lane + 32 j
+// of the head's two halves, their norm weights (1 without a norm) and the position's cos and sin.
+// NJ: the most elements per lane and half it holds (a kernel that knows head_dim holds no more).
+#define ROPE_MAXJ 4
+template <int NJ = ROPE_MAXJ>
+struct RopeLane {
+    float x1[NJ], x2[NJ], n1[NJ], n2[NJ], c[NJ], s[NJ];
+};
+
+__device__ __forceinline__ bool rope_fast(int head_dim) {
     const int half = head_dim / 2;
-    if (half % 32 == 0 && half <= 128) {
-        // Every load first (one round trip), then the same arithmetic in the same order as the
-        // general path below: lane's elements lane + 32 j ascending, first half then second.
-        constexpr int MAXJ = 4;
-        const int nj = half / 32;
-        float x1[MAXJ], x2[MAXJ], n1[MAXJ], n2[MAXJ], c[MAXJ], s[MAXJ];
+    return half % 32 == 0 && half <= 32 * ROPE_MAXJ;
+}
+
+// The operands that do not depend on the projection (norm weights, cos and sin): a kernel may
+// load them before its programmatic wait.
+template <int NJ>
+__device__ __forceinline__ void rope_load_table(RopeLane<NJ>& r, const float* __restrict__ nw,
+                                                const float* __restrict__ cs,
+                                                const float* __restrict__ sn, int head_dim,
+                                                int lane) {
+    const int half = head_dim / 2, nj = half / 32;
 #pragma unroll
-        for (int j = 0; j < MAXJ; ++j) {
-            if (j >= nj) break;
-            const int i = lane + 32 * j;
-            x1[j] = src[i];
-            x2[j] = src[i + half];
-            n1[j] = nw ? nw[i] : 1.f;
-            n2[j] = nw ? nw[i + half] : 1.f;
-            c[j] = cs[i];
-            s[j] = sn[i];
-        }
-        float inv = 1.f;
-        if (nw) {
-            double ss = 0.0;
-#pragma unroll
-            for (int j = 0; j < MAXJ; ++j)
-                if (j < nj) ss += (double)x1[j] * x1[j];
-#pragma unroll
-            for (int j = 0; j < MAXJ; ++j)
-                if (j < nj) ss += (double)x2[j] * x2[j];
-            inv = warp_rms_inv(ss, head_dim, eps);
-        }
-#pragma unroll
-        for (int j = 0; j < MAXJ; ++j) {
-            if (j >= nj) break;
-            const int i = lane + 32 * j;
-            float a1 = x1[j], a2 = x2[j];
-            if (nw) {
-                a1 = n1[j] * (a1 * inv);
-                a2 = n2[j] * (a2 * inv);
-            }
-            rotate_pair<KV>(a1, a2, c[j], s[j], i, half, q_dst, k_dst);
-        }
-        return;
+    for (int j = 0; j < NJ; ++j) {
+        if (j >= nj) break;
+        const int i = lane + 32 * j;
+        r.n1[j] = nw ? nw[i] : 1.f;
+        r.n2[j] = nw ? nw[i + half] : 1.f;
+        r.c[j] = cs[i];
+        r.s[j] = sn[i];
     }
+}
+
+template <int NJ>
+__device__ __forceinline__ void rope_load_head(RopeLane<NJ>& r, const float* __restrict__ src,
+                                               int head_dim, int lane) {
+    const int half = head_dim / 2, nj = half / 32;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+        if (j >= nj) break;
+        r.x1[j] = src[lane + 32 * j];
+        r.x2[j] = src[lane + 32 * j + half];
+    }
+}
+
+// The fast path's arithmetic, in the general path's order: lane's elements lane + 32 j
+// ascending, first half then second. `nw` only says whether the head has a norm (r holds its
+// weights).
+template <typename KV, int NJ>
+__device__ __forceinline__ void rope_apply(const RopeLane<NJ>& r, const float* nw, float eps, int head_dim,
+                                           int lane, float* __restrict__ q_dst,
+                                           KV* __restrict__ k_dst) {
+    const int half = head_dim / 2, nj = half / 32;
+    float inv = 1.f;
+    if (nw) {
+        double ss = 0.0;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+            if (j < nj) ss += (double)r.x1[j] * r.x1[j];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+            if (j < nj) ss += (double)r.x2[j] * r.x2[j];
+        inv = warp_rms_inv(ss, head_dim, eps);
+    }
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+        if (j >= nj) break;
+        const int i = lane + 32 * j;
+        float a1 = r.x1[j], a2 = r.x2[j];
+        if (nw) {
+            a1 = r.n1[j] * (a1 * inv);
+            a2 = r.n2[j] * (a2 * inv);
+        }
+        rotate_pair<KV>(a1, a2, r.c[j], r.s[j], i, half, q_dst, k_dst);
+    }
+}
+
+// rope_head for any head_dim: each lane's elements lane + 32 i loaded as it goes (the fast path's
+// order, so the same bits).
+template <typename KV>
+__device__ __forceinline__ void rope_head_general(const float* __restrict__ src,
+                                                  const float* __restrict__ nw, float eps,
+                                                  const float* __restrict__ cs,
+                                                  const float* __restrict__ sn, int head_dim,
+                                                  int lane, float* __restrict__ q_dst,
+                                                  KV* __restrict__ k_dst) {
+    const int half = head_dim / 2;
     float inv = 1.f;
     if (nw) {
         double ss = 0.0;
@@ -88,9 +124,63 @@ __device__ __forceinline__ void rope_head(const float* __restrict__ src,
     }
 }
 
+// src: the head's D projected values (f32); nw: its norm weights or null; cs/sn: the position's
+// D/2 cos and sin. Writes the rotated head to q_dst (f32) or k_dst (the KV type), whichever is
+// not null.
+template <typename KV>
+__device__ __forceinline__ void rope_head(const float* __restrict__ src,
+                                          const float* __restrict__ nw, float eps,
+                                          const float* __restrict__ cs,
+                                          const float* __restrict__ sn, int head_dim, int lane,
+                                          float* __restrict__ q_dst, KV* __restrict__ k_dst) {
+    const int half = head_dim / 2;
+    if (rope_fast(head_dim)) {
+        // Every load first (one round trip), then rope_apply.
+        RopeLane<> r;
+        const int nj = half / 32;
+#pragma unroll
+        for (int j = 0; j < ROPE_MAXJ; ++j) {
+            if (j >= nj) break;
+            const int i = lane + 32 * j;
+            r.x1[j] = src[i];
+            r.x2[j] = src[i + half];
+            r.n1[j] = nw ? nw[i] : 1.f;
+            r.n2[j] = nw ? nw[i + half] : 1.f;
+            r.c[j] = cs[i];
+            r.s[j] = sn[i];
+        }
+        rope_apply<KV>(r, nw, eps, head_dim, lane, q_dst, k_dst);
+        return;
+    }
+    rope_head_general<KV>(src, nw, eps, cs, sn, head_dim, lane, q_dst, k_dst);
+}
+
 // A value head copied into the pool.
 template <typename KV>
 __device__ __forceinline__ void copy_head(const float* __restrict__ src, int head_dim, int lane,
                                           KV* __restrict__ dst) {
     for (int i = lane; i < head_dim; i += 32) narrow(src[i], dst + i);
+}
+
+// copy_head with 16-byte loads where head_dim is a multiple of 128 (src 16-byte and dst 8-byte
+// aligned): each lane converts four adjacent elements. The same values.
+template <typename KV>
+__device__ __forceinline__ void copy_head_wide(const float* __restrict__ src, int head_dim,
+                                               int lane, KV* __restrict__ dst) {
+    if (head_dim % 128 != 0) {
+        copy_head<KV>(src, head_dim, lane, dst);
+        return;
+    }
+    for (int i = 4 * lane; i < head_dim; i += 128) {
+        const float4 v = *reinterpret_cast<const float4*>(src + i);
+        union {
+            KV h[4];
+            uint2 u;
+        } pack;
+        narrow(v.x, &pack.h[0]);
+        narrow(v.y, &pack.h[1]);
+        narrow(v.z, &pack.h[2]);
+        narrow(v.w, &pack.h[3]);
+        *reinterpret_cast<uint2*>(dst + i) = pack.u;
+    }
 }

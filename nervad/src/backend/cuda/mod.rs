@@ -56,6 +56,8 @@ pub use tuning::{GemmSplit, KernelTuning, WgStream};
 /// Must match `kernels/attention.cu`.
 const ATTN_MAX_GROUP: usize = 8;
 const ATTN_MAX_DIM: usize = 256;
+/// Heads (one warp each) per rope_append block; must match `kernels/rope_kv.cu`.
+const ROPE_WARPS: u32 = 8;
 /// Must match `SlotParams` / `SampleRecord` in `kernels/sampling.cu`.
 const SLOT_PARAMS_BYTES: usize = 48;
 const RECORD_BYTES: usize = 176;
@@ -2295,8 +2297,10 @@ impl CudaBackend {
             window,
             scale,
         } = self.attn_scalars();
-        // One warp per head (q, k and v heads) in a single pass where 1024 threads allow.
-        let rope_threads = (32 * (heads + 2 * kv_heads)).min(1024) as u32;
+        // One warp per head (q, k and v heads), ROPE_WARPS heads per block.
+        let rope_heads = (heads + 2 * kv_heads) as u32;
+        let rope_grid = (t as u32, rope_heads.div_ceil(ROPE_WARPS), 1);
+        let rope_threads = 32 * rope_heads.min(ROPE_WARPS);
         let meta = self.meta_from(off);
         let b = self.bufs;
         let l = self.layers[li];
@@ -2312,7 +2316,7 @@ impl CudaBackend {
         unsafe {
             self.gpu.launch(
                 self.k.rope_append,
-                (t as u32, 1, 1),
+                rope_grid,
                 rope_threads,
                 Args::new()
                     .arg(&meta)

@@ -142,6 +142,10 @@ fn submit(engine: &mut Engine, slot: u32, tag: u64, prompt: Vec<u32>, max_tokens
 /// A pseudo-random prompt of `n` tokens below `vocab`, distinct per `salt` (prompts that share
 /// a whole page would reuse KV pages through the prefix cache).
 fn prompt_of(n: usize, salt: u32, vocab: u32) -> Vec<u32> {
+    // The salt spread over the high bits first: added as it was, salts a few apart gave nearly
+    // the same tokens after the shift, so a prompt's "runs" were one prompt timed again (and
+    // a prompt's time depends on its tokens by a few percent on a power-limited card).
+    let salt = salt.wrapping_mul(0x9E37_79B9);
     (0..n as u32)
         .map(|i| (i.wrapping_mul(2_246_822_519).wrapping_add(salt) >> 9) % vocab)
         .collect()
@@ -450,24 +454,28 @@ fn main() {
     }
     println!();
     println!(
-        "prefill ({}): time to the first token of one request alone, median of 3",
+        "prefill ({}): time to the first token of one request alone, median of 5 distinct prompts",
         if args.fast_prefill || args.projections != nervad::backend::cuda::Projections::Tensor {
             "cuBLAS projections"
         } else {
             "tensor-core decode kernels"
         }
     );
-    println!("| prompt tokens | ms p50 | prompt tok/s | steps |");
-    println!("|---|---|---|---|");
+    // GPU ms: the device time of the steps that ran until the first token (each step timed by
+    // its own events), so what the wall time has beyond it was spent between or around steps.
+    println!("| prompt tokens | ms p50 | prompt tok/s | steps | GPU ms p50 | ms min / max |");
+    println!("|---|---|---|---|---|---|");
     for &p in &prefills {
         let mut times = Vec::new();
+        let mut gpu = Vec::new();
         let mut steps = 0;
-        for run in 0..4 {
+        for run in 0..6 {
             tag += 1;
             // Distinct per length and run: a prompt sharing a whole page with an earlier one
             // would reuse its KV pages from the prefix cache and time only the rest.
             let salt = (p as u32).wrapping_mul(40_503).wrapping_add(run * 31);
             let mut sink = Tally::default();
+            let before = engine.backend_stats();
             let t0 = Instant::now();
             submit(&mut engine, 0, tag, prompt_of(p, salt, vocab), 1);
             steps = 0;
@@ -482,16 +490,25 @@ fn main() {
             // The first run warms the cuBLAS heuristics and caches; it is not counted.
             if run > 0 {
                 times.push(t0.elapsed());
+                gpu.push(delta(before, engine.backend_stats()).gpu_ms);
             }
             while engine.step(&mut sink) {}
         }
         times.sort();
+        gpu.sort_by(f64::total_cmp);
         let ms = pct(&times, 0.5);
-        println!("| {p} | {ms:.2} | {:.0} | {steps} |", p as f64 / (ms / 1e3));
+        let gpu_ms = gpu[gpu.len() / 2];
+        let ms_of = |d: &std::time::Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "| {p} | {ms:.2} | {:.0} | {steps} | {gpu_ms:.2} | {:.2} / {:.2} |",
+            p as f64 / (ms / 1e3),
+            ms_of(&times[0]),
+            ms_of(&times[times.len() - 1])
+        );
         if args.json {
             println!(
                 "{}",
-                serde_json::json!({"prefill_tokens": p, "ttft_ms_p50": ms, "fast_prefill": args.fast_prefill})
+                serde_json::json!({"prefill_tokens": p, "ttft_ms_p50": ms, "gpu_ms_p50": gpu_ms, "fast_prefill": args.fast_prefill})
             );
         }
     }

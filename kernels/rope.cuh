@@ -21,9 +21,10 @@ __device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s
     }
 }
 
-// The fast path's operands (head_dim / 2 a multiple of 32, at most 128): lane's elements lane + 32 j
-// of the head's two halves, their norm weights (1 without a norm) and the position's cos and sin.
-// NJ: the most elements per lane and half it holds (a kernel that knows head_dim holds no more).
+// The fast path's operands (head_dim / 2 a multiple of 32, at most 32 ROPE_MAXJ): lane's elements
+// lane + 32 j of the head's two halves, their norm weights (1 without a norm) and the position's
+// cos and sin. NJ: the most elements per lane and half it holds (a kernel that knows head_dim
+// holds no more).
 #define ROPE_MAXJ 4
 template <int NJ = ROPE_MAXJ>
 struct RopeLane {
@@ -70,8 +71,8 @@ __device__ __forceinline__ void rope_load_head(RopeLane<NJ>& r, const float* __r
 // ascending, first half then second. `nw` only says whether the head has a norm (r holds its
 // weights).
 template <typename KV, int NJ>
-__device__ __forceinline__ void rope_apply(const RopeLane<NJ>& r, const float* nw, float eps, int head_dim,
-                                           int lane, float* __restrict__ q_dst,
+__device__ __forceinline__ void rope_apply(const RopeLane<NJ>& r, const float* nw, float eps,
+                                           int head_dim, int lane, float* __restrict__ q_dst,
                                            KV* __restrict__ k_dst) {
     const int half = head_dim / 2, nj = half / 32;
     float inv = 1.f;

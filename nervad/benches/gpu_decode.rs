@@ -498,12 +498,11 @@ fn main() {
         gpu.sort_by(f64::total_cmp);
         let ms = pct(&times, 0.5);
         let gpu_ms = gpu[gpu.len() / 2];
-        let ms_of = |d: &std::time::Duration| d.as_secs_f64() * 1e3;
         println!(
             "| {p} | {ms:.2} | {:.0} | {steps} | {gpu_ms:.2} | {:.2} / {:.2} |",
             p as f64 / (ms / 1e3),
-            ms_of(&times[0]),
-            ms_of(&times[times.len() - 1])
+            pct(&times, 0.0),
+            pct(&times, 1.0)
         );
         if args.json {
             println!(

@@ -282,6 +282,42 @@ fn chunked_prefill_gives_identical_outputs() {
     }
 }
 
+/// Steps until `then` has its first token, submitted once `first` (served alone until then)
+/// has its first token and decodes.
+fn steps_to_first_token_beside(
+    options: EngineOptions,
+    first: &GenerateRequest,
+    then: &GenerateRequest,
+) -> usize {
+    let mut e = Engine::with_cpu_backend(model(3), options).unwrap();
+    let mut rec = Recorder::default();
+    let has_token = |rec: &Recorder, k: RequestKey| {
+        rec.events
+            .iter()
+            .any(|ev| matches!(ev, Ev::Tokens(kk, ..) if *kk == k))
+    };
+    e.submit(first.clone()).unwrap();
+    while !has_token(&rec, first.key) {
+        assert!(
+            e.step(&mut rec),
+            "engine finished before {:?} had a token",
+            first.key
+        );
+    }
+    e.submit(then.clone()).unwrap();
+    for step in 1..5000 {
+        assert!(
+            e.step(&mut rec),
+            "engine finished before {:?} had a token",
+            then.key
+        );
+        if has_token(&rec, then.key) {
+            return step;
+        }
+    }
+    panic!("{:?} had no token", then.key);
+}
+
 /// Steps until `k` has its first token, serving `reqs` on `options`.
 fn steps_to_first_token(options: EngineOptions, reqs: &[GenerateRequest], k: RequestKey) -> usize {
     let mut e = Engine::with_cpu_backend(model(3), options).unwrap();
@@ -302,10 +338,12 @@ fn steps_to_first_token(options: EngineOptions, reqs: &[GenerateRequest], k: Req
     panic!("{k:?} had no token");
 }
 
-/// `prefill_chunk` caps the prompt tokens of a step, whatever room the step budget leaves: a
-/// 33-token prompt takes ceil(33 / 5) = 7 steps to its first token under a chunk of 5 (one step
-/// under a budget of 64 without a chunk), and beside the decoding requests of `workload` every
-/// output keeps its bits.
+/// `prefill_chunk` caps the prompt tokens a step carries beside decoding requests, whatever
+/// room the step budget leaves: beside one decoding request a 33-token prompt takes
+/// ceil(33 / 5) = 7 steps to its first token under a chunk of 5 (one step under a budget of 64
+/// without a chunk). A lone prompt (nothing decoding, nothing else waiting) takes the whole
+/// budget with or without the chunk: one step. Beside the requests of `workload` every output
+/// keeps its bits.
 #[test]
 fn prefill_chunk_caps_prompt_tokens_per_step() {
     let mut reqs = workload();
@@ -318,15 +356,19 @@ fn prefill_chunk_caps_prompt_tokens_per_step() {
         prefill_chunk: 5,
         ..whole
     };
-    // The long prompt alone first: its chunks are the only prompt tokens of their steps.
-    assert_eq!(
-        steps_to_first_token(whole, std::slice::from_ref(&long), long.key),
-        1
-    );
-    assert_eq!(
-        steps_to_first_token(chunked, std::slice::from_ref(&long), long.key),
-        7
-    );
+    // The long prompt beside one decoding request: its chunks are the only prompt tokens of
+    // their steps.
+    let mut decoding = request(key(2, 21), Prompt::Tokens(vec![3, 1, 4]), 40);
+    decoding.stop.ignore_eos = true;
+    assert_eq!(steps_to_first_token_beside(whole, &decoding, &long), 1);
+    assert_eq!(steps_to_first_token_beside(chunked, &decoding, &long), 7);
+    // Alone, the chunk does not hold it back.
+    for o in [whole, chunked] {
+        assert_eq!(
+            steps_to_first_token(o, std::slice::from_ref(&long), long.key),
+            1
+        );
+    }
     reqs.push(long);
     let (want, _) = serve_with(whole, &reqs);
     let (got, _) = serve_with(chunked, &reqs);

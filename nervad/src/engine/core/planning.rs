@@ -34,6 +34,19 @@ impl Engine {
         self.prefill_order.sort_unstable_by_key(key);
     }
 
+    /// Most prompt tokens a step carries on top of its decode tokens: the prefill chunk,
+    /// except for a `lone` prompt (no decode token in the step, no other prompt to prefill) with
+    /// no request queued, which only the step budget bounds. The chunk keeps decoding streams
+    /// flowing and waiting prompts taking turns; with neither there it only makes the prompt
+    /// wait (a 2,048-token prompt in four steps of 512 instead of one of 2,048).
+    fn prompt_cap(&self, lone: bool) -> usize {
+        if lone && self.queue.is_empty() && self.parked.is_empty() {
+            usize::MAX
+        } else {
+            self.prefill_chunk
+        }
+    }
+
     /// Choose the step's entries into `self.entries`: every runnable decoding sample (best
     /// rank first, each taking the page its next position needs, preempting lower-ranked
     /// sequences when the pool is dry, or itself when it ranks lowest), then prefill chunks
@@ -86,8 +99,10 @@ impl Engine {
 
         self.plan_prefill_order();
         let pt = self.limits.page_tokens;
-        // Prompt chunks take what the decode tokens left, up to the prefill chunk.
-        let mut budget = budget.min(self.prefill_chunk);
+        // Prompt chunks take what the decode tokens left, up to the prefill chunk (a lone
+        // prompt: up to the budget).
+        let lone = self.entries.is_empty() && self.prefill_order.len() == 1;
+        let mut budget = budget.min(self.prompt_cap(lone));
         for i in 0..self.prefill_order.len() {
             if budget == 0 || self.entries.len() >= self.limits.max_seqs {
                 break;
@@ -246,7 +261,8 @@ impl Engine {
         self.entries.clear();
         let mut new_pages = 0usize;
         let mut budget = self.limits.max_step_tokens;
-        let mut prompt_budget = self.prefill_chunk;
+        // Nothing waits outside the step (above): a step of one prompt goes on alone.
+        let mut prompt_budget = self.prompt_cap(prev.len() == 1);
         for e in prev {
             let seq = &self.seqs[e.slot as usize];
             if !seq.active || seq.epoch != e.epoch || seq.request != e.request {

@@ -30,8 +30,10 @@
 // adjacent, run together and read its weights once from memory between them (L2). 1: one block
 // walks all of a row tile's tokens. Which block computes an output changes none of its bits.
 //
-// yh (GLU only; null: none): the output also rounded to W at xhat_at(column, yh_wg) of its row,
-// the next projection's input as to_half prepares it (the same value rounded the same way).
+// yh (GLU only; null: none): the output rounded to W at xhat_at(column, yh_wg) of its row, the
+// next projection's input as to_half prepares it (the same value rounded the same way), instead
+// of y: the launch that reads it reads nothing else (a 2,048-token prompt's gate|up wrote 100 MB
+// of f32 per layer that nothing read).
 //
 // Prologue (IN): RMS – RMSNorm of f32 rows computed in the block (only for one n-tile, T ≤ 8;
 // rows_rms_inv, as to_half, so a prepared x̂ has the same bits); PLAIN – f32
@@ -283,10 +285,13 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                     }
                     const int j = (row0 / 16 + m) * 8 + 2 * q + e;
                     const float v = silu(gs) * us;
-                    y[(size_t)(t0 + t) * y_stride + j] = v;
                     // The next projection's input as to_half would prepare it (yh: the host's
-                    // `Proj::half_out`), so that its launch needs no to_half.
-                    if (yh) narrow(v, yh + (size_t)(t0 + t) * y_stride + xhat_at(j, yh_wg));
+                    // `Proj::half_out`), so that its launch needs no to_half; that launch then
+                    // reads only yh, so the f32 output is not written at all.
+                    if (yh)
+                        narrow(v, yh + (size_t)(t0 + t) * y_stride + xhat_at(j, yh_wg));
+                    else
+                        y[(size_t)(t0 + t) * y_stride + j] = v;
                 }
             }
         } else {
@@ -470,8 +475,10 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
                 }
                 const int j = (row0 / 16 + m) * 8 + 2 * q + e;
                 const float v = silu(gs) * us;
-                y[(size_t)(t0 + t) * y_stride + j] = v;
-                if (yh) narrow(v, yh + (size_t)(t0 + t) * y_stride + xhat_at(j, yh_wg));
+                if (yh)
+                    narrow(v, yh + (size_t)(t0 + t) * y_stride + xhat_at(j, yh_wg));
+                else
+                    y[(size_t)(t0 + t) * y_stride + j] = v;
             }
         }
     } else {

@@ -559,9 +559,9 @@ struct Proj {
     gemm_x_stride: i32,
     gemm_y: u64,
     gemm_y_stride: i32,
-    /// The tensor-core GLU epilogue also writes its output rounded to 16 bits in `xb`, in the
-    /// order down_proj's launch reads prepared inputs (Some(true): the wgmma GEMM's), so that
-    /// launch needs no to_half (`prepared_order`).
+    /// The tensor-core GLU epilogue writes its output rounded to 16 bits in `xb` instead of
+    /// f32 in `y`, in the order down_proj's launch reads prepared inputs (Some(true): the
+    /// wgmma GEMM's), so that launch needs no to_half (`prepared_order`) and reads only `xb`.
     half_out: Option<bool>,
     /// This projection's inputs were prepared in `xb` by the kernel before it, in this order.
     prepared: Option<bool>,

@@ -212,16 +212,21 @@ struct GlobalPartials {
     }
 };
 
-// Where a merge also writes its outputs rounded to the KV type: the o projection's input as
-// to_half would prepare it (row: the token's row of the prepared inputs, null for none; col0:
-// the group's first column; wg: the wgmma GEMM's order, xhat_at), so that launch needs no
-// to_half (the host's `prepared_order`).
+// Where a merge writes its outputs rounded to the KV type instead of f32: the o projection's
+// input as to_half would prepare it (row: the token's row of the prepared inputs, null for none:
+// then f32 to `out`; col0: the group's first column; wg: the wgmma GEMM's order, xhat_at), so
+// that launch needs no to_half and reads nothing else (the host's `prepared_order`).
 template <typename KV>
 struct HalfRow {
     KV* row;
     int col0, wg;
     __device__ __forceinline__ void put(int i, float v) const {
         if (row) narrow(v, row + xhat_at(col0 + i, wg));
+    }
+    // Elements i and i + 1 (col0 + i even): adjacent in either order (xhat_at keeps pairs), so
+    // one 4-byte store.
+    __device__ __forceinline__ void put2(int i, float v0, float v1) const {
+        *reinterpret_cast<u32*>(row + xhat_at(col0 + i, wg)) = pack2<KV>(v0, v1);
     }
 };
 
@@ -259,7 +264,7 @@ __device__ __forceinline__ float fold_value(float o, float oz, float a, float b)
 // splits' fold (SplitFold), by the whole block: the heads' factors first (one round trip), then
 // every output element with all its split values loaded at once. Only splits z < nz are read:
 // the others hold no tile (tile i goes to split i mod Z, so the empty splits are the last ones).
-// `half`: out[i] also rounded, for the o projection.
+// `half`: out[i] rounded for the o projection instead, where it reads that (HalfRow).
 template <int MAXD, typename Partials, typename KV>
 __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partials& p, int G,
                                              int head_dim, int e0, int e1,
@@ -306,8 +311,10 @@ __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partial
         for (int z = 0; z < ATTN_SPLITS; ++z)
             if (sh.wb[a][z] >= 0.f) o = fold_value(o, oz[z], sh.wa[a][z], sh.wb[a][z]);
         const float v = __fdiv_rn(o, sh.norm[a]);
-        out[i] = v;
-        half.put(i, v);
+        if (half.row)
+            half.put(i, v);
+        else
+            out[i] = v;
     };
 #pragma unroll
     for (int r = 0; r < MERGE_PRE; ++r) {
@@ -720,9 +727,11 @@ __device__ __forceinline__ void attn_prefill_body(
                 const int d = n * 8 + c2;
                 const float v0 = __fdiv_rn(fo[n][2 * h], fold[h].l);
                 const float v1 = __fdiv_rn(fo[n][2 * h + 1], fold[h].l);
-                *reinterpret_cast<float2*>(dst + d) = make_float2(v0, v1);
-                half.put(d, v0);
-                half.put(d + 1, v1);
+                if (half.row) {
+                    half.put2(d, v0, v1);
+                } else {
+                    *reinterpret_cast<float2*>(dst + d) = make_float2(v0, v1);
+                }
             }
         }
     }

@@ -3,33 +3,76 @@
 // token's position, all before attention runs (a prefill token attends to the step's earlier
 // tokens). Decode-only steps do this inside attn_decode instead.
 //
-// One warp per head: block (t, y) of ROPE_WARPS warps takes token t's heads ROPE_WARPS y ..
-// (q heads, then k, then v), so every warp of a block has one head and small blocks keep many
-// warps per SM (ncu, 1,024 tokens of qwen3-8b on the H200: one block of 1,024 threads per token
-// looping over 48 heads took 40 us at 16% of DRAM, its warps waiting on one dependent load
-// after another). The position, its page, cos and sin and the norm weights are loaded before
-// the programmatic wait, so after it a warp waits for one round trip (its head's values).
+// One warp per head: block (x, y) of ROPE_WARPS warps takes heads ROPE_WARPS y .. (q heads,
+// then k, then v) of tokens ROPE_TOKENS x .., so every warp of a block has one head and small
+// blocks keep many warps per SM (ncu, 1,024 tokens of qwen3-8b on the H200: one block of 1,024
+// threads per token looping over 48 heads took 40 us at 16% of DRAM, its warps waiting on one
+// dependent load after another). The positions, their pages, cos and sin and the norm weights
+// are loaded before the programmatic wait, so after it a warp waits for one round trip (its
+// heads' values).
 #include "common.cuh"
 #include "kv.cuh"
 #include "rope.cuh"
 
 #define ROPE_WARPS 8
+// Tokens per warp: the warp takes its head of ROPE_TOKENS adjacent tokens, every load of both
+// in flight together and their arithmetic side by side (one token's head alone left the warp
+// waiting on one chain of dependent steps).
+#define ROPE_TOKENS 2
 
-// One q or k head through rope_head's fast path, held to NJ = head_dim / 64 elements per lane
-// and half (fewer registers, more warps per SM): the table's operands before the programmatic
-// wait, the head's values after it.
+// Where token t's head h goes: its rows in the projection and its destinations.
+struct RopeHead {
+    const float* src;  // the head's D projected values
+    const float* cs;   // the position's cos and sin
+    const float* sn;
+    float* q_dst;      // q heads: the rotated query (else null)
+    void* pool;        // k and v heads: the head's slot in the pool (else null)
+};
+
+template <typename KV>
+__device__ __forceinline__ RopeHead rope_head_at(StepMeta meta, const float* __restrict__ qkv,
+                                                 float* __restrict__ q_out, KV* __restrict__ kv,
+                                                 const int* __restrict__ tables, KvGeometry geo,
+                                                 int heads, int kv_heads, int head_dim,
+                                                 const float* __restrict__ cos_t,
+                                                 const float* __restrict__ sin_t, int t, int h) {
+    const int q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
+    const int pos = meta.position[t];
+    const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
+    RopeHead r;
+    r.cs = cos_t + (size_t)pos * (head_dim / 2);
+    r.sn = sin_t + (size_t)pos * (head_dim / 2);
+    r.q_dst = nullptr;
+    r.pool = nullptr;
+    if (h < heads) {
+        r.src = row + h * head_dim;
+        r.q_dst = q_out + (size_t)t * q_dim + h * head_dim;
+    } else {
+        const int page = tables[(size_t)meta.token_slot[t] * geo.max_pages + pos / geo.page_tokens];
+        const int kind = h < heads + kv_heads ? 0 : 1;
+        r.src = row + q_dim + (h - heads) * head_dim;
+        r.pool = kv + kv_offset(geo, page, kind, pos) + (h - heads - kind * kv_heads) * head_dim;
+    }
+    return r;
+}
+
+// One q or k head of ROPE_TOKENS tokens through rope_head's fast path, held to NJ = head_dim /
+// 64 elements per lane and half: the table's operands before the programmatic wait, the heads'
+// values after it, each token's arithmetic rope_apply's.
 template <typename KV, int NJ>
-__device__ __forceinline__ void rope_append_fast(const float* __restrict__ src,
+__device__ __forceinline__ void rope_append_fast(const RopeHead (&hd)[ROPE_TOKENS],
                                                  const float* __restrict__ nw, float eps,
-                                                 const float* __restrict__ cs,
-                                                 const float* __restrict__ sn, int head_dim,
-                                                 int lane, float* __restrict__ q_dst,
-                                                 KV* __restrict__ k_dst) {
-    RopeLane<NJ> r;
-    rope_load_table(r, nw, cs, sn, head_dim, lane);
+                                                 int head_dim, int lane) {
+    RopeLane<NJ> r[ROPE_TOKENS];
+#pragma unroll
+    for (int i = 0; i < ROPE_TOKENS; ++i)
+        rope_load_table(r[i], nw, hd[i].cs, hd[i].sn, head_dim, lane);
     pdl_enter();
-    rope_load_head(r, src, head_dim, lane);
-    rope_apply<KV>(r, nw, eps, head_dim, lane, q_dst, k_dst);
+#pragma unroll
+    for (int i = 0; i < ROPE_TOKENS; ++i) rope_load_head(r[i], hd[i].src, head_dim, lane);
+#pragma unroll
+    for (int i = 0; i < ROPE_TOKENS; ++i)
+        rope_apply<KV>(r[i], nw, eps, head_dim, lane, hd[i].q_dst, static_cast<KV*>(hd[i].pool));
 }
 
 template <typename KV>
@@ -38,39 +81,38 @@ __device__ __forceinline__ void rope_append_body(
     const int* __restrict__ tables, KvGeometry geo, int heads, int kv_heads, int head_dim,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t) {
-    const int t = blockIdx.x, lane = threadIdx.x & 31;
+    const int t0 = blockIdx.x * ROPE_TOKENS, lane = threadIdx.x & 31;
     const int h = blockIdx.y * ROPE_WARPS + (threadIdx.x >> 5);
     // Before the wait: only the step's metadata, block tables and tables of constants.
-    if (t >= meta.counts[0] || h >= heads + 2 * kv_heads) return;
-    const int q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
-    const int pos = meta.position[t];
-    const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
-    KV* pool = nullptr;
-    if (h >= heads) {
-        const int page = tables[(size_t)meta.token_slot[t] * geo.max_pages + pos / geo.page_tokens];
-        const int kind = h < heads + kv_heads ? 0 : 1;
-        pool = kv + kv_offset(geo, page, kind, pos) + (h - heads - kind * kv_heads) * head_dim;
-    }
+    const int n = meta.counts[0];
+    if (t0 >= n || h >= heads + 2 * kv_heads) return;
+    // Past the step's last token the warp does that token again: the same values to the same
+    // places, and no branch between the tokens' work.
+    RopeHead hd[ROPE_TOKENS];
+#pragma unroll
+    for (int i = 0; i < ROPE_TOKENS; ++i)
+        hd[i] = rope_head_at(meta, qkv, q_out, kv, tables, geo, heads, kv_heads, head_dim, cos_t,
+                             sin_t, min(t0 + i, n - 1), h);
     if (h >= heads + kv_heads) {
         pdl_enter();
-        copy_head_wide<KV>(row + q_dim + (h - heads) * head_dim, head_dim, lane, pool);
+#pragma unroll
+        for (int i = 0; i < ROPE_TOKENS; ++i)
+            copy_head_wide<KV>(hd[i].src, head_dim, lane, static_cast<KV*>(hd[i].pool));
         return;
     }
-    const bool is_q = h < heads;
-    const float* src = is_q ? row + h * head_dim : row + q_dim + (h - heads) * head_dim;
-    const float* nw = is_q ? q_norm : k_norm;
-    float* q_dst = is_q ? q_out + (size_t)t * q_dim + h * head_dim : nullptr;
-    const float* cs = cos_t + (size_t)pos * (head_dim / 2);
-    const float* sn = sin_t + (size_t)pos * (head_dim / 2);
+    const float* nw = h < heads ? q_norm : k_norm;
     if (head_dim == 64) {
-        rope_append_fast<KV, 1>(src, nw, eps, cs, sn, head_dim, lane, q_dst, pool);
+        rope_append_fast<KV, 1>(hd, nw, eps, head_dim, lane);
     } else if (head_dim == 128) {
-        rope_append_fast<KV, 2>(src, nw, eps, cs, sn, head_dim, lane, q_dst, pool);
+        rope_append_fast<KV, 2>(hd, nw, eps, head_dim, lane);
     } else if (head_dim == 256) {
-        rope_append_fast<KV, 4>(src, nw, eps, cs, sn, head_dim, lane, q_dst, pool);
+        rope_append_fast<KV, 4>(hd, nw, eps, head_dim, lane);
     } else {
         pdl_enter();
-        rope_head_general<KV>(src, nw, eps, cs, sn, head_dim, lane, q_dst, pool);
+#pragma unroll
+        for (int i = 0; i < ROPE_TOKENS; ++i)
+            rope_head_general<KV>(hd[i].src, nw, eps, hd[i].cs, hd[i].sn, head_dim, lane,
+                                  hd[i].q_dst, static_cast<KV*>(hd[i].pool));
     }
 }
 

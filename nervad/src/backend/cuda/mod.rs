@@ -58,6 +58,8 @@ const ATTN_MAX_GROUP: usize = 8;
 const ATTN_MAX_DIM: usize = 256;
 /// Heads (one warp each) per rope_append block; must match `kernels/rope_kv.cu`.
 const ROPE_WARPS: u32 = 8;
+/// Tokens per rope_append warp; must match `kernels/rope_kv.cu`.
+const ROPE_TOKENS: u32 = 2;
 /// Must match `SlotParams` / `SampleRecord` in `kernels/sampling.cu`.
 const SLOT_PARAMS_BYTES: usize = 48;
 const RECORD_BYTES: usize = 176;
@@ -2297,9 +2299,13 @@ impl CudaBackend {
             window,
             scale,
         } = self.attn_scalars();
-        // One warp per head (q, k and v heads), ROPE_WARPS heads per block.
+        // One warp per head (q, k and v heads) of ROPE_TOKENS tokens, ROPE_WARPS heads per block.
         let rope_heads = (heads + 2 * kv_heads) as u32;
-        let rope_grid = (t as u32, rope_heads.div_ceil(ROPE_WARPS), 1);
+        let rope_grid = (
+            (t as u32).div_ceil(ROPE_TOKENS),
+            rope_heads.div_ceil(ROPE_WARPS),
+            1,
+        );
         let rope_threads = 32 * rope_heads.min(ROPE_WARPS);
         let meta = self.meta_from(off);
         let b = self.bufs;

@@ -36,18 +36,19 @@ __device__ __forceinline__ void store_packed(uint4 u, int c, int wg_order, W* __
     }
 }
 
-// A whole row's RMSNorm (one slice: many tokens) with the row held in registers between its sum
-// of squares and its store: each thread loads its chunks tid, tid + 128, ... once, all in flight
-// together, and sums them in rows_rms_inv's order (the same bits), where the general path loads
-// the row a second time to store it (ncu, 1,024 tokens of qwen3-8b on the H200: 10.5 us per
-// launch, about half the bandwidth for 25 MB). Rows of up to 4 chunks per thread (K ≤ 4,096)
-// take it; longer ones the general path.
+// A row's RMSNorm with the row held in registers between its sum of squares and the store of
+// the block's slice (chunks c0 .. c1 - 1): each thread loads its chunks tid, tid + 128, ... once,
+// all in flight together, and sums them in rows_rms_inv's order (the same bits), where the
+// general path loads the slice a second time to store it (ncu, 1,024 tokens of qwen3-8b on the
+// H200: 10.5 us per launch, about half the bandwidth for 25 MB). Rows of up to 4 chunks per
+// thread (K ≤ 4,096) take it; longer ones the general path.
 #define HALF_HELD 4
 template <typename W>
 __device__ __forceinline__ void to_half_rms_held(const float* __restrict__ row,
                                                  const float* __restrict__ norm_w, float eps,
-                                                 int K, int wg_order, double* scratch,
-                                                 float* inv_s, W* __restrict__ dst) {
+                                                 int K, int c0, int c1, int wg_order,
+                                                 double* scratch, float* inv_s,
+                                                 W* __restrict__ dst) {
     const int tid = threadIdx.x, chunks = K / 8;
     float v[HALF_HELD][8];
 #pragma unroll
@@ -72,6 +73,7 @@ __device__ __forceinline__ void to_half_rms_held(const float* __restrict__ row,
     for (int i = 0; i < HALF_HELD; ++i) {
         const int c = tid + HALF_THREADS * i;
         if (c >= chunks) break;
+        if (c < c0 || c >= c1) continue;
         const float4 na = *reinterpret_cast<const float4*>(norm_w + c * 8);
         const float4 nb = *reinterpret_cast<const float4*>(norm_w + c * 8 + 4);
         const float n[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
@@ -98,8 +100,10 @@ __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_
     const float* row = x + (size_t)t * x_stride;
     const int chunks = K / 8;
     W* dst = out + (size_t)blockIdx.x * K;
-    if (IN == IN_RMS && gridDim.y == 1 && chunks <= HALF_THREADS * HALF_HELD) {
-        to_half_rms_held(row, norm_w, eps, K, wg_order, scratch, &inv_s, dst);
+    const int c0 = (int)((long long)chunks * blockIdx.y / gridDim.y);
+    const int c1 = (int)((long long)chunks * (blockIdx.y + 1) / gridDim.y);
+    if (IN == IN_RMS && chunks <= HALF_THREADS * HALF_HELD) {
+        to_half_rms_held(row, norm_w, eps, K, c0, c1, wg_order, scratch, &inv_s, dst);
         return;
     }
     float inv = 1.f;
@@ -107,8 +111,6 @@ __device__ __forceinline__ void to_half_body(const float* __restrict__ x, int x_
         rows_rms_inv<1, 4>(x, x_stride, &t, 1, K, eps, scratch, &inv_s);
         inv = inv_s;
     }
-    const int c0 = (int)((long long)chunks * blockIdx.y / gridDim.y);
-    const int c1 = (int)((long long)chunks * (blockIdx.y + 1) / gridDim.y);
     // Unrolled so that a thread's loads are in flight together (each chunk is independent).
 #pragma unroll 4
     for (int c = c0 + threadIdx.x; c < c1; c += HALF_THREADS) {

@@ -508,10 +508,10 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
 }
 
 // The end of a GEMM block: the split exchange (when split), then the tile's sums through shared
-// memory (over the stages), so that the stores go by rows. `place(v, row, token)` says where the
+// memory at `smem` (over the stages, or wgs's own region), so that the stores go by rows. `place(v, row, token)` says where the
 // thread's value v lies in the 128-row × BN-token tile.
 template <int EPI, int BN, int VALS, typename Place, int SYNC = 0, typename W>
-__device__ __forceinline__ void gemm_finish(unsigned char* smem, const float (&acc)[VALS],
+__device__ __forceinline__ void gemm_finish(void* smem, const float (&acc)[VALS],
                                             float (&sum)[VALS], Place place, float* ws,
                                             int* counters, int tile_id, int split, int splits,
                                             const float* __restrict__ bias,
@@ -522,7 +522,7 @@ __device__ __forceinline__ void gemm_finish(unsigned char* smem, const float (&a
     if (splits > 1 &&
         !gemm_merge_splits<VALS, SYNC>(ws, counters, tile_id, split, splits, acc, sum))
         return;
-    float(*tile)[BN + 1] = reinterpret_cast<float(*)[BN + 1]>(smem);
+    float(*tile)[BN + 1] = static_cast<float(*)[BN + 1]>(smem);
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
         int r, t;
@@ -738,11 +738,16 @@ struct WgTile {
     static constexpr int B_BYTES = BN * MMA_GROUP * 2;
     static constexpr int STAGE_BYTES = GEMM_A_BYTES + B_BYTES;
     static constexpr int FIRST_BYTES = MMA_THREADS * VALS * 4;
+    // The finished tile ([128][BN + 1] floats). The warp-specialized GEMM writes it over the
+    // pair-opening chains (free once the last chain closed its pair), not over the stages, which
+    // its producer is already filling with the next tile's groups.
+    static constexpr int TILE_BYTES = GEMM_BM * (BN + 1) * 4;
+    static constexpr int END_BYTES = FIRST_BYTES > TILE_BYTES ? FIRST_BYTES : TILE_BYTES;
     static constexpr int STAGES = BN == 64 ? WG_STAGES_NARROW : WG_STAGES_WIDE;
     static constexpr int AHEAD = STAGES - 2;
     // Dynamic shared memory of a launch (the host's wg_gemm_shared): 1 KiB more, to align the
     // stages to the swizzle atom.
-    static constexpr int SMEM = STAGES * STAGE_BYTES + FIRST_BYTES + 1024;
+    static constexpr int SMEM = STAGES * STAGE_BYTES + END_BYTES + 1024;
 };
 
 template <int V>
@@ -849,16 +854,18 @@ struct GroupCursor {
 // Where a wgmma GEMM block stands: its tile and chain split, the groups it runs, and its
 // dynamic shared memory (checked against what the kernel needs), the stages starting at the first
 // 1 KiB boundary (the swizzle atom).
+// `unit`: which (tile, chain split) the block runs, blockIdx.x unless it walks several (wgs).
 template <int BN>
 struct WgBlock {
     int lane, warp, tile_id, split, row0, t0;
     GemmChains ch;
     u32 raw, base;
-    __device__ __forceinline__ WgBlock(unsigned char* smem, int K, int token_tiles, int splits)
+    __device__ __forceinline__ WgBlock(unsigned char* smem, int K, int token_tiles, int splits,
+                                       int unit)
         : lane(threadIdx.x & 31),
           warp(threadIdx.x >> 5),
-          tile_id(blockIdx.x / splits),
-          split(blockIdx.x % splits),
+          tile_id(unit / splits),
+          split(unit % splits),
           row0((tile_id / token_tiles) * GEMM_BM),
           t0((tile_id % token_tiles) * BN),
           ch(split, splits, K) {
@@ -900,11 +907,11 @@ __device__ __forceinline__ void wg_chain(int len, int& p, float (&acc)[VALS], u3
 }
 
 // A wgmma GEMM block's chains in order (wg_chain), each merged at its end (gemm_chain_done).
+// `p`: the block's running group count (advanced past the chains' groups).
 template <int VALS, typename Group, typename Retired>
-__device__ __forceinline__ void wg_chains(const GemmChains& ch, float (&acc)[VALS],
+__device__ __forceinline__ void wg_chains(const GemmChains& ch, int& p, float (&acc)[VALS],
                                           float (&sum)[VALS], u32 (&fa)[2][4][4], float* first,
                                           Group group, Retired retired) {
-    int p = 0;
     for (int ci = ch.ci0; ci < ch.ci1; ++ci) {
         int len = gemm_chain_len(gemm_chain(ci), ch.groups);
         // Probe 3: every group in one chain (what the chain ends cost).
@@ -964,7 +971,7 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
     typedef WgTile<BN> L;
     constexpr int VALS = L::VALS, WG_STAGES = L::STAGES, WG_AHEAD = L::AHEAD;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
-    const WgBlock<BN> blk(gemm_smem, K, token_tiles, splits);
+    const WgBlock<BN> blk(gemm_smem, K, token_tiles, splits, blockIdx.x);
     const int lane = blk.lane, warp = blk.warp, row0 = blk.row0, t0 = blk.t0;
     const GemmChains& ch = blk.ch;
     const u32 raw = blk.raw, base = blk.base;
@@ -1016,7 +1023,8 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
         });
         advance(use);
     };
-    wg_chains(ch, acc, sum, fa, first, group, [](int) {});
+    int p = 0;
+    wg_chains(ch, p, acc, sum, fa, first, group, [](int) {});
     auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
     gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, blk.tile_id, blk.split, splits,
                          bias, y, y_stride, row0, t0, R, T, yh, yh_wg);
@@ -1309,10 +1317,12 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     constexpr int VALS = L::VALS, STAGES = L::STAGES;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
     __shared__ __align__(8) unsigned long long bars[2 * STAGES];  // full[s], then empty[s]
-    const WgBlock<BN> blk(gemm_smem, K, token_tiles, splits);
-    const int tid = threadIdx.x, lane = blk.lane, warp = blk.warp, row0 = blk.row0, t0 = blk.t0;
-    const GemmChains& ch = blk.ch;
-    const u32 raw = blk.raw, base = blk.base;
+    const int tid = threadIdx.x;
+    // The launch's units (tile, chain split), this block's b, b + gridDim.x, ...
+    const int units = (R + GEMM_BM - 1) / GEMM_BM * token_tiles * splits;
+    auto unit_at = [&](int unit) { return WgBlock<BN>(gemm_smem, K, token_tiles, splits, unit); };
+    const WgBlock<BN> blk0 = unit_at(blockIdx.x);
+    const u32 raw = blk0.raw, base = blk0.base;
     const u32 full0 = (u32)__cvta_generic_to_shared(bars), empty0 = full0 + 8 * STAGES;
     if (tid == 0) {
 #pragma unroll
@@ -1323,43 +1333,48 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     }
     __syncthreads();
 
-    if (warp >= MMA_WARPS) {
-        // The producer: group p into slot p % STAGES once the computing warps released its
-        // previous group (p - STAGES). The first groups' weights do not depend on the previous
-        // kernel, their inputs do (to_half).
+    if (blk0.warp >= MMA_WARPS) {
+        // The producer: the block's p-th group (counted across its units) into slot p % STAGES
+        // once the computing warps released the slot's previous group (p - STAGES). The first
+        // unit's first groups' weights do not depend on the previous kernel, their inputs do
+        // (to_half).
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if constexpr (TMA) {
 #if MMA_TILED
             if (tid != MMA_THREADS) return;
             tma_prefetch_map(wmap);
             tma_prefetch_map(xmap);
-            // Group gi's weights / inputs into `slot`, counted in barrier `full`.
-            auto weights = [&](u32 slot, u32 full, int gi) {
+            // Group gi of the unit at row0, t0: weights / inputs into `slot`, counted in `full`.
+            auto weights = [&](u32 slot, u32 full, int row0, int gi) {
                 tma_load_3d(slot, wmap, full, 0, 8 * gi, row0 / 16);
             };
-            auto inputs = [&](u32 slot, u32 full, int gi) {
+            auto inputs = [&](u32 slot, u32 full, int t0, int gi) {
                 tma_load_2d(slot + GEMM_A_BYTES, xmap, full, gi * MMA_GROUP, t0);
             };
-            GroupCursor c(ch);
-            for (int p = 0; p < ch.mine && p < STAGES; ++p) {
-                mbar_expect_tx(full0 + 8 * p, GEMM_A_BYTES);
-                weights(base + p * L::STAGE_BYTES, full0 + 8 * p, c.gi);
-                c.next(ch);
+            int early = 0;  // the first unit's groups whose weights went out before pdl_enter
+            for (GroupCursor c(blk0.ch); early < blk0.ch.mine && early < STAGES; ++early) {
+                mbar_expect_tx(full0 + 8 * early, GEMM_A_BYTES);
+                weights(base + early * L::STAGE_BYTES, full0 + 8 * early, blk0.row0, c.gi);
+                c.next(blk0.ch);
             }
             pdl_enter();
-            GroupCursor ahead(ch);
-            for (int p = 0; p < ch.mine; ++p) {
-                const int s = p % STAGES;
-                const u32 slot = base + s * L::STAGE_BYTES, full = full0 + 8 * s;
-                if (p >= STAGES) {
-                    mbar_wait(empty0 + 8 * s, ((p / STAGES) & 1) ^ 1);
-                    mbar_arrive_expect_tx(full, L::STAGE_BYTES);
-                    weights(slot, full, ahead.gi);
-                } else {
-                    mbar_arrive_expect_tx(full, L::B_BYTES);
+            int p = 0;
+            for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+                const WgBlock<BN> blk = unit_at(unit);
+                GroupCursor ahead(blk.ch);
+                for (int i = 0; i < blk.ch.mine; ++i, ++p) {
+                    const int s = p % STAGES;
+                    const u32 slot = base + s * L::STAGE_BYTES, full = full0 + 8 * s;
+                    if (p < early) {
+                        mbar_arrive_expect_tx(full, L::B_BYTES);
+                    } else {
+                        if (p >= STAGES) mbar_wait(empty0 + 8 * s, ((p / STAGES) & 1) ^ 1);
+                        mbar_arrive_expect_tx(full, L::STAGE_BYTES);
+                        weights(slot, full, blk.row0, ahead.gi);
+                    }
+                    inputs(slot, full, blk.t0, ahead.gi);
+                    ahead.next(blk.ch);
                 }
-                inputs(slot, full, ahead.gi);
-                ahead.next(ch);
             }
             return;
 #else
@@ -1367,25 +1382,33 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 #endif
         } else {
             const int ptid = tid - MMA_THREADS;
-            const WgStager<W, BN, MMA_THREADS / 2> stager(ptid, w, xh, row0, R, t0, T, K,
-                                                          ch.groups);
-            GroupCursor c(ch);
-            for (int p = 0; p < ch.mine && p < STAGES; ++p) {
-                stager.weights(base + p * L::STAGE_BYTES, c.gi);
-                c.next(ch);
+            int early = 0;
+            {
+                const WgStager<W, BN, MMA_THREADS / 2> stager(ptid, w, xh, blk0.row0, R, blk0.t0,
+                                                              T, K, blk0.ch.groups);
+                for (GroupCursor c(blk0.ch); early < blk0.ch.mine && early < STAGES; ++early) {
+                    stager.weights(base + early * L::STAGE_BYTES, c.gi);
+                    c.next(blk0.ch);
+                }
             }
             pdl_enter();
-            GroupCursor ahead(ch);
-            for (int p = 0; p < ch.mine; ++p) {
-                const int s = p % STAGES;
-                const u32 slot = base + s * L::STAGE_BYTES;
-                if (p >= STAGES) {
-                    mbar_wait(empty0 + 8 * s, ((p / STAGES) & 1) ^ 1);
-                    stager.weights(slot, ahead.gi);
+            int p = 0;
+            for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+                const WgBlock<BN> blk = unit_at(unit);
+                const WgStager<W, BN, MMA_THREADS / 2> stager(ptid, w, xh, blk.row0, R, blk.t0, T,
+                                                              K, blk.ch.groups);
+                GroupCursor ahead(blk.ch);
+                for (int i = 0; i < blk.ch.mine; ++i, ++p) {
+                    const int s = p % STAGES;
+                    const u32 slot = base + s * L::STAGE_BYTES;
+                    if (p >= early) {
+                        if (p >= STAGES) mbar_wait(empty0 + 8 * s, ((p / STAGES) & 1) ^ 1);
+                        stager.weights(slot, ahead.gi);
+                    }
+                    stager.inputs(slot + GEMM_A_BYTES, ahead.gi);
+                    mbar_arrive_cp_async(full0 + 8 * s);
+                    ahead.next(blk.ch);
                 }
-                stager.inputs(slot + GEMM_A_BYTES, ahead.gi);
-                mbar_arrive_cp_async(full0 + 8 * s);
-                ahead.next(ch);
             }
         }
         return;
@@ -1393,13 +1416,16 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     pdl_enter();
+    const int lane = blk0.lane, warp = blk0.warp;
     // acc[4 n + e]: n-tile n (tokens 8n ..), C element e (rows g, g + 8; tokens 2c, 2c + 1).
     float acc[VALS], sum[VALS];
     u32 fa[2][4][4];
-    float* first = reinterpret_cast<float*>(gemm_smem + (base - raw) + STAGES * L::STAGE_BYTES) +
-                   warp * (VALS * 32) + lane;
-    // Groups before `released` have been given back to the producer.
-    int released = 0;
+    // The pair-opening chains and, once a unit's last chain closed its pair, the finished tile.
+    unsigned char* end = gemm_smem + (base - raw) + STAGES * L::STAGE_BYTES;
+    float* first = reinterpret_cast<float*>(end) + warp * (VALS * 32) + lane;
+    // The block's groups so far (across its units); those before `released` have been given
+    // back to the producer.
+    int p = 0, released = 0;
     auto release = [&](int upto) {
         for (; released < upto; ++released) mbar_arrive(empty0 + 8 * (released % STAGES));
     };
@@ -1425,13 +1451,17 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         wgmma_hold(fa[SET ^ 1]);
         release(p);
     };
-    wg_chains(ch, acc, sum, fa, first, group, release);
-    auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
-    // Every group's copies have landed (each was waited for), so the tile may overwrite the
-    // stages.
-    gemm_finish<EPI, BN, VALS, decltype(place), 1>(gemm_smem, acc, sum, place, ws, counters,
-                                                   blk.tile_id, blk.split, splits, bias, y,
-                                                   y_stride, row0, t0, R, T, yh, yh_wg);
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        const WgBlock<BN> blk = unit_at(unit);
+        wg_chains(blk.ch, p, acc, sum, fa, first, group, release);
+        auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
+        gemm_finish<EPI, BN, VALS, decltype(place), 1>(end, acc, sum, place, ws, counters,
+                                                       blk.tile_id, blk.split, splits, bias, y,
+                                                       y_stride, blk.row0, blk.t0, R, T, yh, yh_wg);
+        // Every thread is done reading the tile before the next unit's first chain end
+        // overwrites it.
+        tile_sync<1>();
+    }
 #else
     __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
 #endif

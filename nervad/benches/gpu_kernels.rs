@@ -20,7 +20,7 @@ use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
     MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS,
     MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_splits, kernels, mma_gemm_shared, mma_launch,
-    mma_threads, to_half_grid, wg_gemm_shared,
+    mma_threads, to_half_grid, wg_gemm_shared, wgs_blocks,
 };
 use nervad::model::DType;
 
@@ -341,10 +341,17 @@ impl Bench {
             // The TMA form's maps of this launch's weights and inputs.
             let maps = GemmMaps::for_variant(launch.variant, w, shape.r, shape.k, xh, t)?;
             let args = GemmMaps::append(maps.as_ref(), args);
-            let blocks = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
+            let units = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
+            // The warp-specialized GEMM as the backend launches it (persistent unless
+            // NERVA_WG_PERSISTENT=0).
+            let blocks = match launch.variant {
+                MMA_WGS | MMA_WGT => wgs_blocks(units as usize, sms, &KernelTuning::from_env()),
+                _ => units,
+            };
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
             // token_tiles, yh, yh_wg: no 16-bit copy) and the GEMM's (ws, counters, splits), the grid the row tiles times
-            // the token tiles times the splits: w covers R×K bf16 inside the weights region, x T
+            // the token tiles times the splits (the warp-specialized GEMM: any number of blocks
+            // walking those units): w covers R×K bf16 inside the weights region, x T
             // rows of K f32, xh null or T × K bf16, y T rows of R f32 (scratch), norm K f32;
             // bias and rows null; a split launch stays within GEMM_SPLIT_MAX_BLOCKS_PER_SM × SMs
             // blocks (gemm_splits), which ws and the zeroed counters cover; the warp-specialized

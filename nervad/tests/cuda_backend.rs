@@ -590,13 +590,14 @@ fn kernel_variants_give_identical_bits() {
             ),
             (
                 "tiled weights + the warp-specialized wgmma GEMM (Hopper) from 9 tokens, \
-                 128-token tiles, chains in 4 blocks per tile",
+                 128-token tiles, chains in 4 blocks per tile, persistent in 5 blocks",
                 KernelTuning {
                     gemm_from: Some(9),
                     gemm_min_k: 0,
                     gemm_narrow: false,
                     gemm_split: GemmSplit::Fixed(4),
                     wg_specialized: true,
+                    wg_persistent_blocks: 5,
                     ..KernelTuning::default()
                 },
             ),
@@ -626,13 +627,14 @@ fn kernel_variants_give_identical_bits() {
             ),
             (
                 "tiled weights + the wgmma GEMM staged by tensor copies (Hopper) from 9 tokens, \
-                 whole chains per block",
+                 whole chains per block, persistent in 3 blocks",
                 KernelTuning {
                     gemm_from: Some(9),
                     gemm_min_k: 0,
                     gemm_narrow: false,
                     gemm_split: GemmSplit::Fixed(1),
                     wg_tma: true,
+                    wg_persistent_blocks: 3,
                     ..KernelTuning::default()
                 },
             ),

@@ -114,11 +114,14 @@ pub const fn mma_gemm_shared(tokens: usize) -> u32 {
 
 /// Dynamic shared memory of a wgmma GEMM launch of `tokens`-token tiles (mma.cuh's
 /// `WgTile<tokens>::SMEM`): its stages (8 on 64-token tiles, else 5) of 16 KiB of weights and
-/// tokens × 128 bytes of inputs, each thread's pair-opening chain (tokens / 2 floats per thread
-/// of 256) and 1 KiB to align the stages: 225 KiB either way.
+/// tokens × 128 bytes of inputs, one region for each thread's pair-opening chain (tokens / 2
+/// floats per thread of 256) or the finished 128 × (tokens + 1)-float tile, and 1 KiB to align
+/// the stages: 225.5 KiB either way.
 pub const fn wg_gemm_shared(tokens: usize) -> u32 {
     let stages = if tokens == 64 { 8 } else { 5 };
-    (stages * ((16 << 10) + tokens * 128) + 256 * (tokens / 2) * 4 + 1024) as u32
+    let chains = 256 * (tokens / 2) * 4;
+    let tile = 128 * (tokens + 1) * 4;
+    (stages * ((16 << 10) + tokens * 128) + if chains > tile { chains } else { tile } + 1024) as u32
 }
 
 /// Dynamic shared memory of a `wg64s` launch (mma.cuh's `WgStreamTile::SMEM`): `wg64`'s 8
@@ -175,6 +178,18 @@ pub fn wg_stream_launch(
         WgStream::Auto => wg_stream_gains(tiles, splits, sms, blocks as usize),
     };
     on.then_some(blocks)
+}
+
+/// Blocks of a warp-specialized wgmma GEMM launch (`wgs`, `wgt`) of `units` (tile, chain split)
+/// units: one per unit, or under `KernelTuning::wg_persistent` at most one per SM (or
+/// `wg_persistent_blocks` where that is not 0), block b walking units b, b + blocks, ...
+pub fn wgs_blocks(units: usize, sms: usize, tuning: &KernelTuning) -> u32 {
+    let cap = match (tuning.wg_persistent, tuning.wg_persistent_blocks) {
+        (false, _) => units,
+        (true, 0) => sms,
+        (true, n) => n as usize,
+    };
+    units.min(cap).max(1) as u32
 }
 
 /// Dynamic shared memory of an `MMA_GEMM` launch: 160 KiB.
@@ -436,6 +451,24 @@ mod tests {
             ..always
         };
         assert_eq!(wg_stream_launch(32, 4, SMS, &fixed), None);
+    }
+
+    #[test]
+    fn persistent_wgs_launches_one_block_per_sm_at_most() {
+        let d = KernelTuning::default();
+        assert!(d.wg_persistent);
+        assert_eq!(wgs_blocks(3072, SMS, &d), SMS as u32);
+        assert_eq!(wgs_blocks(100, SMS, &d), 100);
+        let capped = KernelTuning {
+            wg_persistent_blocks: 3,
+            ..d
+        };
+        assert_eq!(wgs_blocks(16, SMS, &capped), 3);
+        let off = KernelTuning {
+            wg_persistent: false,
+            ..d
+        };
+        assert_eq!(wgs_blocks(3072, SMS, &off), 3072);
     }
 
     #[test]

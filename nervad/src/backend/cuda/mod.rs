@@ -49,6 +49,7 @@ pub use launch_shape::{
     MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM,
     MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch, WG_STREAM_SHARED, gemm_splits, mma_gemm_shared,
     mma_launch, mma_threads, mma_variant, to_half_grid, wg_gemm_shared, wg_stream_launch,
+    wgs_blocks,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning, WgStream};
@@ -1824,7 +1825,11 @@ impl CudaBackend {
         let mut a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
         a.token_tiles = shape.token_tiles as i32;
         let splits = shape.splits as i32;
-        let blocks = stream_blocks.unwrap_or(tiles * shape.splits);
+        let units = tiles * shape.splits;
+        let blocks = match variant {
+            MMA_WGT | MMA_WGS => wgs_blocks(units as usize, self.sms as usize, &self.tuning),
+            _ => stream_blocks.unwrap_or(units),
+        };
         let maps = GemmMaps::for_variant(variant, p.w.ptr, p.r, p.k, xh, t)?;
         let args = a.args(Some(&xh)).arg(&yh).arg(&yh_wg);
         let args = if gemm {
@@ -1847,7 +1852,9 @@ impl CudaBackend {
         // split launch has at most gemm_split_blocks blocks (`gemm_splits`), within ws and
         // counters, and its counters are zero between launches; the warp-specialized GEMM runs
         // with the MMA_WGS_THREADS threads it is built for, its TMA forms (tiled weights only:
-        // `wg_tma`) with the maps of those same w and xh; the persistent one (`wg64s`) in
+        // `wg_tma`) with the maps of those same w and xh, in any number of blocks (each walks the
+        // units b, b + blocks, ... of the tiles × splits; none waits for another); the
+        // persistent one (`wg64s`) in
         // `wg_stream_blocks` blocks, at most one per SM, so its shared tiles (fewer than its
         // blocks) stay within ws and counters.
         unsafe {

@@ -108,6 +108,14 @@ pub struct KernelTuning {
     /// the next kernel's early blocks; the bit-identity test sets a few so that tiles are
     /// shared in odd places.
     pub wg_stream_blocks: u32,
+    /// The warp-specialized wgmma GEMM (`wgs`, `wgt`) runs persistent: at most one block per SM
+    /// (`wgs_blocks`), each walking the launch's tiles b, b + blocks, ... through one stage ring,
+    /// so that a tile's first groups are staged while the tile before ends (its last groups, its
+    /// epilogue) instead of after its block has left the SM; the same bits.
+    pub wg_persistent: bool,
+    /// Most blocks of a persistent `wgs`/`wgt` launch (0: one per SM); the bit-identity test
+    /// sets a few so that every block walks several tiles.
+    pub wg_persistent_blocks: u32,
 }
 
 /// Which 64-token wgmma GEMM launches run persistent (`KernelTuning::wg_stream`).
@@ -175,6 +183,8 @@ impl Default for KernelTuning {
             wg_tma: true,
             wg_stream: WgStream::Off,
             wg_stream_blocks: 0,
+            wg_persistent: true,
+            wg_persistent_blocks: 0,
         }
     }
 }
@@ -205,6 +215,8 @@ impl KernelTuning {
             wg_tma: false,
             wg_stream: WgStream::Off,
             wg_stream_blocks: 0,
+            wg_persistent: false,
+            wg_persistent_blocks: 0,
         }
     }
 
@@ -278,6 +290,9 @@ impl KernelTuning {
             },
             wg_stream_blocks: var("NERVA_WG_STREAM_BLOCKS")
                 .map_or(d.wg_stream_blocks, |v| v as u32),
+            wg_persistent: var("NERVA_WG_PERSISTENT").map_or(d.wg_persistent, |v| v != 0),
+            wg_persistent_blocks: var("NERVA_WG_PERSISTENT_BLOCKS")
+                .map_or(d.wg_persistent_blocks, |v| v as u32),
         }
     }
 }

@@ -342,8 +342,8 @@ impl Bench {
             let maps = GemmMaps::for_variant(launch.variant, w, shape.r, shape.k, xh, t)?;
             let args = GemmMaps::append(maps.as_ref(), args);
             let units = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
-            // The warp-specialized GEMM as the backend launches it (persistent unless
-            // NERVA_WG_PERSISTENT=0).
+            // The warp-specialized GEMM as the backend launches it (persistent with
+            // NERVA_WG_PERSISTENT=1).
             let blocks = match launch.variant {
                 MMA_WGS | MMA_WGT => wgs_blocks(units as usize, sms, &KernelTuning::from_env()),
                 _ => units,

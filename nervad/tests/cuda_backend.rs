@@ -597,6 +597,7 @@ fn kernel_variants_give_identical_bits() {
                     gemm_narrow: false,
                     gemm_split: GemmSplit::Fixed(4),
                     wg_specialized: true,
+                    wg_persistent: true,
                     wg_persistent_blocks: 5,
                     ..KernelTuning::default()
                 },
@@ -634,6 +635,7 @@ fn kernel_variants_give_identical_bits() {
                     gemm_narrow: false,
                     gemm_split: GemmSplit::Fixed(1),
                     wg_tma: true,
+                    wg_persistent: true,
                     wg_persistent_blocks: 3,
                     ..KernelTuning::default()
                 },

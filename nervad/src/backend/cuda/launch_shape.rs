@@ -455,20 +455,20 @@ mod tests {
 
     #[test]
     fn persistent_wgs_launches_one_block_per_sm_at_most() {
-        let d = KernelTuning::default();
-        assert!(d.wg_persistent);
-        assert_eq!(wgs_blocks(3072, SMS, &d), SMS as u32);
-        assert_eq!(wgs_blocks(100, SMS, &d), 100);
+        let off = KernelTuning::default();
+        assert!(!off.wg_persistent);
+        assert_eq!(wgs_blocks(3072, SMS, &off), 3072);
+        let on = KernelTuning {
+            wg_persistent: true,
+            ..off
+        };
+        assert_eq!(wgs_blocks(3072, SMS, &on), SMS as u32);
+        assert_eq!(wgs_blocks(100, SMS, &on), 100);
         let capped = KernelTuning {
             wg_persistent_blocks: 3,
-            ..d
+            ..on
         };
         assert_eq!(wgs_blocks(16, SMS, &capped), 3);
-        let off = KernelTuning {
-            wg_persistent: false,
-            ..d
-        };
-        assert_eq!(wgs_blocks(3072, SMS, &off), 3072);
     }
 
     #[test]

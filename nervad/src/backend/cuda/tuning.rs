@@ -111,7 +111,11 @@ pub struct KernelTuning {
     /// The warp-specialized wgmma GEMM (`wgs`, `wgt`) runs persistent: at most one block per SM
     /// (`wgs_blocks`), each walking the launch's tiles b, b + blocks, ... through one stage ring,
     /// so that a tile's first groups are staged while the tile before ends (its last groups, its
-    /// epilogue) instead of after its block has left the SM; the same bits.
+    /// epilogue) instead of after its block has left the SM; the same bits. Off: measured
+    /// (2026-11-27 twenty-third session, qwen3-8b, same binary) each prompt GEMM alone ran 2–3%
+    /// faster on an H200 (2,048 tokens: gate|up 988.8 → 961.2 µs, o 171.0 → 165.7, q|k|v 238.5
+    /// → 233.6; down +0.8%), but whole 2,048-token prompts, which run at the card's power limit,
+    /// moved −0.2% there and +0.9% on an H100 (77.58 → 78.32 ms).
     pub wg_persistent: bool,
     /// Most blocks of a persistent `wgs`/`wgt` launch (0: one per SM); the bit-identity test
     /// sets a few so that every block walks several tiles.
@@ -183,7 +187,7 @@ impl Default for KernelTuning {
             wg_tma: true,
             wg_stream: WgStream::Off,
             wg_stream_blocks: 0,
-            wg_persistent: true,
+            wg_persistent: false,
             wg_persistent_blocks: 0,
         }
     }

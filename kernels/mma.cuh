@@ -508,8 +508,8 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
 }
 
 // The end of a GEMM block: the split exchange (when split), then the tile's sums through shared
-// memory at `smem` (over the stages, or wgs's own region), so that the stores go by rows. `place(v, row, token)` says where the
-// thread's value v lies in the 128-row × BN-token tile.
+// memory at `smem` (over the stages, or wgs's own region), so that the stores go by rows.
+// `place(v, row, token)` says where the thread's value v lies in the 128-row × BN-token tile.
 template <int EPI, int BN, int VALS, typename Place, int SYNC = 0, typename W>
 __device__ __forceinline__ void gemm_finish(void* smem, const float (&acc)[VALS],
                                             float (&sum)[VALS], Place place, float* ws,

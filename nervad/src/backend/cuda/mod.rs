@@ -1854,9 +1854,8 @@ impl CudaBackend {
         // with the MMA_WGS_THREADS threads it is built for, its TMA forms (tiled weights only:
         // `wg_tma`) with the maps of those same w and xh, in any number of blocks (each walks the
         // units b, b + blocks, ... of the tiles × splits; none waits for another); the
-        // persistent one (`wg64s`) in
-        // `wg_stream_blocks` blocks, at most one per SM, so its shared tiles (fewer than its
-        // blocks) stay within ws and counters.
+        // persistent one (`wg64s`) in `wg_stream_blocks` blocks, at most one per SM, so its
+        // shared tiles (fewer than its blocks) stay within ws and counters.
         unsafe {
             self.gpu.launch(
                 family.kernel(variant),

@@ -114,8 +114,9 @@ pub struct KernelTuning {
     /// epilogue) instead of after its block has left the SM; the same bits. Off: measured
     /// (2026-11-27 twenty-third session, qwen3-8b, same binary) each prompt GEMM alone ran 2–3%
     /// faster on an H200 (2,048 tokens: gate|up 988.8 → 961.2 µs, o 171.0 → 165.7, q|k|v 238.5
-    /// → 233.6; down +0.8%), but whole 2,048-token prompts, which run at the card's power limit,
-    /// moved −0.2% there and +0.9% on an H100 (77.58 → 78.32 ms).
+    /// → 233.6; down +0.8%), but whole 2,048-token prompts moved −0.2% there and +0.9–1.3% on an
+    /// H100 (77.58 → 78.32 ms) at the same power and SM clock. Likely cause: the fixed stride
+    /// lets blocks drift apart, so the tiles in flight share fewer weight rows in L2.
     pub wg_persistent: bool,
     /// Most blocks of a persistent `wgs`/`wgt` launch (0: one per SM); the bit-identity test
     /// sets a few so that every block walks several tiles.

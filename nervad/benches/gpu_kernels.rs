@@ -292,6 +292,13 @@ impl Bench {
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
         let (eps, null, t0, no_half) = (1e-6f32, 0u64, 0i32, 0i32);
         let xh = if launch.prepared { xa } else { 0 };
+        let units = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
+        // The warp-specialized GEMM as the backend launches it (persistent with
+        // NERVA_WG_PERSISTENT=1), the environment read once, not per timed launch.
+        let blocks = match launch.variant {
+            MMA_WGS | MMA_WGT => wgs_blocks(units as usize, sms, &KernelTuning::from_env()),
+            _ => units,
+        };
         self.time(|gpu, i| {
             let w = wbase + weight_offset(shape, region, i);
             if launch.prepared {
@@ -341,13 +348,6 @@ impl Bench {
             // The TMA form's maps of this launch's weights and inputs.
             let maps = GemmMaps::for_variant(launch.variant, w, shape.r, shape.k, xh, t)?;
             let args = GemmMaps::append(maps.as_ref(), args);
-            let units = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
-            // The warp-specialized GEMM as the backend launches it (persistent with
-            // NERVA_WG_PERSISTENT=1).
-            let blocks = match launch.variant {
-                MMA_WGS | MMA_WGT => wgs_blocks(units as usize, sms, &KernelTuning::from_env()),
-                _ => units,
-            };
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
             // token_tiles, yh, yh_wg: no 16-bit copy) and the GEMM's (ws, counters, splits), the grid the row tiles times
             // the token tiles times the splits (the warp-specialized GEMM: any number of blocks

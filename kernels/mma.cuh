@@ -362,6 +362,36 @@ __device__ __forceinline__ int gemm_chain_len(int v, int groups) {
     return v < groups ? (groups - v + MMA_WARPS - 1) / MMA_WARPS : 0;
 }
 
+// A GEMM launch's split plan (its `split_plan` argument): the low 4 bits are the chain splits S
+// (1, 4 or 8) of the tiles it splits, the rest how many tiles come first whole (`whole`). Units
+// (blocks, or a persistent block's turns) 0 .. whole - 1 are tiles 0 .. whole - 1 in one unit
+// each; every later tile takes S adjacent units, one per split. whole = 0: every tile in S units.
+// With whole a multiple of the SMs, the last partial wave of tiles is cut into S times as many
+// shorter units that spread over every SM. A split tile's workspace slices and counter are its
+// `slot`: its number among the split tiles. Which units carry a tile changes none of its bits.
+struct SplitUnit {
+    int tile_id, split, splits, slot;
+    __device__ __forceinline__ SplitUnit(int plan, int unit) {
+        const int s = plan & 15, whole = plan >> 4;
+        if (unit < whole) {
+            tile_id = unit;
+            split = 0;
+            splits = 1;
+            slot = 0;
+        } else {
+            slot = (unit - whole) / s;
+            tile_id = whole + slot;
+            split = (unit - whole) % s;
+            splits = s;
+        }
+    }
+};
+// The units of a launch of `tiles` tiles under `plan`.
+__device__ __forceinline__ int split_plan_units(int plan, int tiles) {
+    const int whole = plan >> 4;
+    return whole + (tiles - whole) * (plan & 15);
+}
+
 // The positions [ci0, ci1) of the chain order that block `split` of a tile's `splits` runs, and
 // the groups they hold (`mine`), in that order.
 struct GemmChains {
@@ -416,15 +446,15 @@ __device__ __forceinline__ void tile_sync() {
 }
 
 // A split tile's exchange: each block writes what it holds (its pair in `sum` with 4 splits,
-// its chain in `acc` with 8) to its slice of ws ([tile][split][value][thread]) and counts itself
-// in counters[tile]; the last to arrive resets the counter, merges the slices as one block
+// its chain in `acc` with 8) to its slice of ws ([slot][split][value][thread], `SplitUnit::slot`)
+// and counts itself in counters[slot]; the last to arrive resets the counter, merges the slices as one block
 // would, ((p0 + p1) + p2) + p3 with p_i = w_i + w_(i+4), into `sum` and returns true.
 template <int VALS, int SYNC = 0>
-__device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int tile_id, int split,
+__device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int slot, int split,
                                                   int splits, const float (&acc)[VALS],
                                                   float (&sum)[VALS]) {
     const int tid = threadIdx.x;
-    float* slices = ws + (size_t)tile_id * splits * VALS * MMA_THREADS;
+    float* slices = ws + (size_t)slot * splits * VALS * MMA_THREADS;
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
         const float held = splits == MMA_WARPS ? acc[v] : sum[v];
@@ -433,11 +463,11 @@ __device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int 
     __threadfence();
     tile_sync<SYNC>();
     __shared__ int last;
-    if (tid == 0) last = atomicAdd(counters + tile_id, 1) == splits - 1;
+    if (tid == 0) last = atomicAdd(counters + slot, 1) == splits - 1;
     tile_sync<SYNC>();
     if (!last) return false;
     __threadfence();
-    if (tid == 0) counters[tile_id] = 0;
+    if (tid == 0) counters[slot] = 0;
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
         auto at = [&](int z) {
@@ -513,14 +543,14 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
 template <int EPI, int BN, int VALS, typename Place, int SYNC = 0, typename W>
 __device__ __forceinline__ void gemm_finish(void* smem, const float (&acc)[VALS],
                                             float (&sum)[VALS], Place place, float* ws,
-                                            int* counters, int tile_id, int split, int splits,
+                                            int* counters, const SplitUnit& su,
                                             const float* __restrict__ bias,
                                             float* __restrict__ y, int y_stride, int row0, int t0,
                                             int R, int T, W* __restrict__ yh, int yh_wg) {
     cp_async_wait<0>();
     tile_sync<SYNC>();
-    if (splits > 1 &&
-        !gemm_merge_splits<VALS, SYNC>(ws, counters, tile_id, split, splits, acc, sum))
+    if (su.splits > 1 &&
+        !gemm_merge_splits<VALS, SYNC>(ws, counters, su.slot, su.split, su.splits, acc, sum))
         return;
     float(*tile)[BN + 1] = static_cast<float(*)[BN + 1]>(smem);
 #pragma unroll
@@ -589,7 +619,7 @@ template <typename W, int EPI, int BN>
 __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
                                               const W* __restrict__ xh, int K, int R, int T,
                                               float* __restrict__ y, int y_stride, int token_tiles,
-                                              float* ws, int* counters, int splits,
+                                              float* ws, int* counters, int split_plan,
                                               W* __restrict__ yh, int yh_wg) {
     typedef GemmTile<BN> L;
     constexpr int WN = L::WN;
@@ -602,10 +632,10 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 #endif
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wr = warp & 3, wc = warp >> 2;  // the warp's 32 rows and BN / 2 tokens
-    const int tile_id = blockIdx.x / splits, split = blockIdx.x % splits;
-    const int row0 = (tile_id / token_tiles) * GEMM_BM;
-    const int t0 = (tile_id % token_tiles) * BN;
-    const GemmChains ch(split, splits, K);
+    const SplitUnit su(split_plan, blockIdx.x);
+    const int row0 = (su.tile_id / token_tiles) * GEMM_BM;
+    const int t0 = (su.tile_id % token_tiles) * BN;
+    const GemmChains ch(su.split, su.splits, K);
     const u32 base = (u32)__cvta_generic_to_shared(gemm_smem);
     auto stage_a = [&](int s) { return base + (u32)(s % GEMM_STAGES) * L::STAGE_BYTES; };
     auto stage_b = [&](int s) { return stage_a(s) + GEMM_A_BYTES; };
@@ -674,8 +704,8 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
         r = 32 * wr + 16 * m + g + 8 * (e >> 1);
         t = 8 * WN * wc + 8 * n + 2 * c + (e & 1);
     };
-    gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, tile_id, split, splits, bias, y,
-                         y_stride, row0, t0, R, T, yh, yh_wg);
+    gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, su, bias, y, y_stride, row0, t0,
+                         R, T, yh, yh_wg);
 }
 
 // Compile-time knobs for experiments (NERVA_KERNEL_DEFINES on the GPU machine; the defaults are
@@ -854,21 +884,23 @@ struct GroupCursor {
 // Where a wgmma GEMM block stands: its tile and chain split, the groups it runs, and its
 // dynamic shared memory (checked against what the kernel needs), the stages starting at the first
 // 1 KiB boundary (the swizzle atom).
-// `unit`: which (tile, chain split) the block runs, blockIdx.x unless it walks several (wgs).
+// `unit`: which (tile, chain split) the block runs under the launch's split plan (SplitUnit),
+// blockIdx.x unless it walks several (wgs).
 template <int BN>
 struct WgBlock {
-    int lane, warp, tile_id, split, row0, t0;
+    int lane, warp;
+    SplitUnit su;
+    int row0, t0;
     GemmChains ch;
     u32 raw, base;
-    __device__ __forceinline__ WgBlock(unsigned char* smem, int K, int token_tiles, int splits,
+    __device__ __forceinline__ WgBlock(unsigned char* smem, int K, int token_tiles, int split_plan,
                                        int unit)
         : lane(threadIdx.x & 31),
           warp(threadIdx.x >> 5),
-          tile_id(unit / splits),
-          split(unit % splits),
-          row0((tile_id / token_tiles) * GEMM_BM),
-          t0((tile_id % token_tiles) * BN),
-          ch(split, splits, K) {
+          su(split_plan, unit),
+          row0((su.tile_id / token_tiles) * GEMM_BM),
+          t0((su.tile_id % token_tiles) * BN),
+          ch(su.split, su.splits, K) {
         u32 dyn;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
         if (dyn < WgTile<BN>::SMEM) __trap();  // launched without its shared memory: a host bug
@@ -965,13 +997,13 @@ template <typename W, int EPI, int BN>
 __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const float* __restrict__ bias,
                                              const W* __restrict__ xh, int K, int R, int T,
                                              float* __restrict__ y, int y_stride, int token_tiles,
-                                             float* ws, int* counters, int splits,
+                                             float* ws, int* counters, int split_plan,
                                              W* __restrict__ yh, int yh_wg) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgTile<BN> L;
     constexpr int VALS = L::VALS, WG_STAGES = L::STAGES, WG_AHEAD = L::AHEAD;
     extern __shared__ __align__(128) unsigned char gemm_smem[];
-    const WgBlock<BN> blk(gemm_smem, K, token_tiles, splits, blockIdx.x);
+    const WgBlock<BN> blk(gemm_smem, K, token_tiles, split_plan, blockIdx.x);
     const int lane = blk.lane, warp = blk.warp, row0 = blk.row0, t0 = blk.t0;
     const GemmChains& ch = blk.ch;
     const u32 raw = blk.raw, base = blk.base;
@@ -1026,8 +1058,8 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
     int p = 0;
     wg_chains(ch, p, acc, sum, fa, first, group, [](int) {});
     auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
-    gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, blk.tile_id, blk.split, splits,
-                         bias, y, y_stride, row0, t0, R, T, yh, yh_wg);
+    gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, blk.su, bias, y, y_stride, row0,
+                         t0, R, T, yh, yh_wg);
 #else
     __trap();  // sm_90a only: the host selects these kernels on compute capability 9.0 alone
 #endif
@@ -1168,7 +1200,7 @@ __device__ __forceinline__ bool stream_merge(const StreamShare& sh, int r, int c
 // tiles, chains, order and arithmetic as wg_gemm_body (the same bits): a whole tile merges its
 // chains as one wg64 block does; the pieces of a shared tile leave their pairs or lone chains in
 // ws (8 slots of 128 × 64 floats per tile left over, at most blocks - 1 tiles: within the split
-// workspace) and the last to finish merges them in the one order. `splits` is unused.
+// workspace) and the last to finish merges them in the one order. `split_plan` is unused.
 template <typename W, int EPI>
 __device__ __forceinline__ void wg_stream_body(const W* __restrict__ w,
                                                const float* __restrict__ bias,
@@ -1309,7 +1341,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
                                               const float* __restrict__ bias,
                                               const W* __restrict__ xh, int K, int R, int T,
                                               float* __restrict__ y, int y_stride, int token_tiles,
-                                              float* ws, int* counters, int splits,
+                                              float* ws, int* counters, int split_plan,
                                               W* __restrict__ yh, int yh_wg,
                                               const TmaMap* wmap, const TmaMap* xmap) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1319,8 +1351,10 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     __shared__ __align__(8) unsigned long long bars[2 * STAGES];  // full[s], then empty[s]
     const int tid = threadIdx.x;
     // The launch's units (tile, chain split), this block's b, b + gridDim.x, ...
-    const int units = (R + GEMM_BM - 1) / GEMM_BM * token_tiles * splits;
-    auto unit_at = [&](int unit) { return WgBlock<BN>(gemm_smem, K, token_tiles, splits, unit); };
+    const int units = split_plan_units(split_plan, (R + GEMM_BM - 1) / GEMM_BM * token_tiles);
+    auto unit_at = [&](int unit) {
+        return WgBlock<BN>(gemm_smem, K, token_tiles, split_plan, unit);
+    };
     const WgBlock<BN> blk0 = unit_at(blockIdx.x);
     const u32 raw = blk0.raw, base = blk0.base;
     const u32 full0 = (u32)__cvta_generic_to_shared(bars), empty0 = full0 + 8 * STAGES;
@@ -1455,9 +1489,9 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         const WgBlock<BN> blk = unit_at(unit);
         wg_chains(blk.ch, p, acc, sum, fa, first, group, release);
         auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
-        gemm_finish<EPI, BN, VALS, decltype(place), 1>(end, acc, sum, place, ws, counters,
-                                                       blk.tile_id, blk.split, splits, bias, y,
-                                                       y_stride, blk.row0, blk.t0, R, T, yh, yh_wg);
+        gemm_finish<EPI, BN, VALS, decltype(place), 1>(end, acc, sum, place, ws, counters, blk.su,
+                                                       bias, y, y_stride, blk.row0, blk.t0, R, T,
+                                                       yh, yh_wg);
         // Every thread is done reading the tile before the next unit's first chain end
         // overwrites it.
         tile_sync<1>();
@@ -1468,10 +1502,11 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 }
 
 // The GEMM variants of a family: the projection's parameter list (x, x_stride, x_rows, norm_w
-// and eps unused: the inputs come prepared), then the chain-split workspace: `splits` (1, 4 or
-// 8) blocks per 128 rows × BN tokens (tiles: token_tiles per row block, adjacent; a tile's
-// splits adjacent), GemmTile<BN>::SMEM (wg: WgTile<BN>::SMEM) bytes of dynamic shared memory;
-// with splits > 1, ws holds tiles × splits × 128 × BN floats and counters one zero int per tile.
+// and eps unused: the inputs come prepared), then the chain-split workspace and the split plan
+// (SplitUnit: tiles of 128 rows × BN tokens, token_tiles per row block, adjacent, the first
+// `whole` in one block each, each later one in S adjacent blocks, its splits),
+// GemmTile<BN>::SMEM (wg: WgTile<BN>::SMEM) bytes of dynamic shared memory; with S > 1, ws holds
+// (tiles - whole) × S × 128 × BN floats and counters one zero int per split tile.
 // gemm / gemm64: mma.sync, 128- or 64-token tiles; wg / wg64: the same on wgmma (sm_90a, inputs
 // in the wgmma order, K a multiple of 64); wgs: wg's 128-token tiles warp-specialized
 // (WGS_THREADS threads); wgt: the warp-specialized GEMM staged by tensor copies (tiled
@@ -1481,23 +1516,23 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         int x_stride, const W *__restrict__ xh, const int *__restrict__ x_rows,               \
         const float *__restrict__ norm_w, float eps, int K, int R, int T,                     \
         float *__restrict__ y, int y_stride, int token_tiles, W *__restrict__ yh, int yh_wg,  \
-        float *ws, int *counters, int splits
+        float *ws, int *counters, int split_plan
 #define MMA_GEMM_ENTRY(NAME, BODY, W, EPI, BN, THREADS)                                        \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {         \
-        BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters, splits,  \
-                         yh, yh_wg);                                                           \
+        BODY<W, EPI, BN>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,          \
+                         split_plan, yh, yh_wg);                                               \
     }
 // The warp-specialized GEMM: wgs staging by cp.async, wgt by tensor copies (`wmap`, `xmap`
 // after the GEMM's parameters).
 #define MMA_WGS_ENTRY(NAME, W, EPI)                                                            \
     extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {     \
         wgs_gemm_body<W, EPI, 128, false>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,  \
-                                          counters, splits, yh, yh_wg, nullptr, nullptr);      \
+                                          counters, split_plan, yh, yh_wg, nullptr, nullptr);  \
     }
 // The persistent 64-token wgmma GEMM (wg_stream_body), blocks sharing the launch's tiles.
 #define MMA_WG_STREAM_ENTRY(NAME, W, EPI)                                                      \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1) NAME(MMA_GEMM_PARAMS(W)) {     \
-        (void)splits;                                                                          \
+        (void)split_plan;                                                                      \
         wg_stream_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,   \
                                yh, yh_wg);                                                     \
     }
@@ -1506,7 +1541,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
              const __grid_constant__ TmaMap xmap) {                                            \
         wgs_gemm_body<W, EPI, 128, true>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,   \
-                                         counters, splits, yh, yh_wg, &wmap, &xmap);           \
+                                         counters, split_plan, yh, yh_wg, &wmap, &xmap);       \
     }
 
 

@@ -19,7 +19,7 @@ use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
     MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS,
-    MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_splits, kernels, mma_gemm_shared, mma_launch,
+    MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_plan, kernels, mma_gemm_shared, mma_launch,
     mma_threads, to_half_grid, wg_gemm_shared, wgs_blocks,
 };
 use nervad::model::DType;
@@ -283,7 +283,7 @@ impl Bench {
             self.y.ptr,
             self.weights.ptr,
         );
-        let (ws, done, splits) = (self.gemm_ws.ptr, self.gemm_done.ptr, launch.splits as i32);
+        let (ws, done, split_plan) = (self.gemm_ws.ptr, self.gemm_done.ptr, launch.split_plan());
         let gemm = launch.variant >= MMA_GEMM;
         // The wgmma GEMM reads its inputs in its own order (to_half's wg_order).
         let wg_order = (launch.variant >= MMA_WG) as i32;
@@ -292,7 +292,7 @@ impl Bench {
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
         let (eps, null, t0, no_half) = (1e-6f32, 0u64, 0i32, 0i32);
         let xh = if launch.prepared { xa } else { 0 };
-        let units = (shape.r as u32).div_ceil(rows) * launch.token_tiles * launch.splits;
+        let units = launch.units((shape.r as u32).div_ceil(rows) * launch.token_tiles);
         // The warp-specialized GEMM as the backend launches it (persistent with
         // NERVA_WG_PERSISTENT=1), the environment read once, not per timed launch.
         let blocks = match launch.variant {
@@ -341,7 +341,7 @@ impl Bench {
                 .arg(&null)
                 .arg(&no_half);
             let args = if gemm {
-                args.arg(&ws).arg(&done).arg(&splits)
+                args.arg(&ws).arg(&done).arg(&split_plan)
             } else {
                 args
             };
@@ -349,12 +349,12 @@ impl Bench {
             let maps = GemmMaps::for_variant(launch.variant, w, shape.r, shape.k, xh, t)?;
             let args = GemmMaps::append(maps.as_ref(), args);
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
-            // token_tiles, yh, yh_wg: no 16-bit copy) and the GEMM's (ws, counters, splits), the grid the row tiles times
-            // the token tiles times the splits (the warp-specialized GEMM: any number of blocks
-            // walking those units): w covers R×K bf16 inside the weights region, x T
+            // token_tiles, yh, yh_wg: no 16-bit copy) and the GEMM's (ws, counters, split_plan),
+            // the grid the launch's units (`MmaLaunch::units`; the warp-specialized GEMM: any
+            // number of blocks walking those units): w covers R×K bf16 inside the weights region, x T
             // rows of K f32, xh null or T × K bf16, y T rows of R f32 (scratch), norm K f32;
             // bias and rows null; a split launch stays within GEMM_SPLIT_MAX_BLOCKS_PER_SM × SMs
-            // blocks (gemm_splits), which ws and the zeroed counters cover; the warp-specialized
+            // blocks (gemm_plan), which ws and the zeroed counters cover; the warp-specialized
             // GEMM runs with the 384 threads it is built for, its TMA form with the maps of
             // this w and xh.
             unsafe { gpu.launch(kernel, (blocks, 1, 1), mma_threads(launch.variant), args) }
@@ -681,21 +681,30 @@ fn run(cli: &Cli) -> Res<()> {
                 .find(|(md, _, _, _)| *md == shape.mode)
                 .expect("mma family")
                 .clone();
-            // Chain splits as the backend picks them (`gemm_splits`).
-            let mut gemm_tiles = |variant, tile: usize, split| -> Res<Option<(f64, u32)>> {
+            // Chain splits as the backend picks them (`gemm_plan`, with NERVA_MMA_GEMM_TAIL as
+            // the backend reads it).
+            let tail = KernelTuning::from_env().gemm_tail;
+            let mut gemm_tiles = |variant, tile: usize, split| -> Res<Option<(f64, (u32, u32))>> {
                 if m <= 8 {
                     return Ok(None);
                 }
                 let token_tiles = m.div_ceil(tile);
-                let splits = gemm_splits(m, shape.r, shape.k, sms, tile, split);
+                // (Costed as on wgmma where the backend would run it so, as mma_launch does.)
+                let wg = arch == 90 && shape.k.is_multiple_of(64);
+                let (splits, whole) =
+                    gemm_plan(m, (shape.r, shape.k), sms, (tile, wg), split, tail);
                 let launch = MmaLaunch {
                     variant,
                     rows: 128,
                     token_tiles: token_tiles as u32,
                     prepared: true,
                     splits,
+                    whole,
                 };
-                Ok(Some((b.mma(&tiled, prep, shape, m, launch)?, splits)))
+                Ok(Some((
+                    b.mma(&tiled, prep, shape, m, launch)?,
+                    (splits, whole),
+                )))
             };
             let gemm = gemm_tiles(MMA_GEMM, MMA_GEMM_TOKENS, GemmSplit::Auto)?;
             let gemm64 = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, GemmSplit::Auto)?;
@@ -731,7 +740,13 @@ fn run(cli: &Cli) -> Res<()> {
             let (w64_us, w64_tf) = cells(wg64.map(|g| g.0));
             let (ws_us, ws_tf) = cells(wgs.map(|g| g.0));
             let (wt_us, wt_tf) = cells(wgt.map(|g| g.0));
-            let splits = |g: Option<(f64, u32)>| g.map_or("-".to_string(), |g| format!("x{}", g.1));
+            // The plan of the 128-token tiles (GEMM, WG, WGS, WGT) and the 64-token ones: "x4",
+            // or "t4" where only the last partial wave's tiles split.
+            let splits = |g: Option<(f64, (u32, u32))>| {
+                g.map_or("-".to_string(), |(_, (s, whole))| {
+                    format!("{}{s}", if whole > 0 { "t" } else { "x" })
+                })
+            };
             // Ours (the faster GEMM where it runs, else the GEMV) against cuBLAS.
             let best = [gemm, gemm64, wg, wg64, wgs, wgt]
                 .iter()

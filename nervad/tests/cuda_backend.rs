@@ -641,6 +641,41 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "tiled weights + the wgmma GEMM staged by tensor copies (Hopper) from 9 tokens, \
+                 128-token tiles, whole waves of 3 tiles and the rest's chains in 4 blocks",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: false,
+                    gemm_split: GemmSplit::Fixed(4),
+                    gemm_tail: Some(3),
+                    wg_tma: true,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "tiled weights + the wgmma GEMM (Hopper) from 9 tokens, 64-token tiles where \
+                 fewer waves, whole waves of 5 tiles and the rest's chains in 8 blocks",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: true,
+                    gemm_split: GemmSplit::Fixed(8),
+                    gemm_tail: Some(5),
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "row-major weights + the mma.sync GEMM from 9 tokens, whole waves of 3 tiles and \
+                 the rest's chains in 4 blocks",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_split: GemmSplit::Fixed(4),
+                    gemm_tail: Some(3),
+                    ..KernelTuning::baseline()
+                },
+            ),
+            (
                 "tiled weights + the persistent wgmma GEMM (Hopper) from 9 tokens in 5 blocks",
                 KernelTuning {
                     gemm_from: Some(9),

@@ -220,8 +220,25 @@ pub struct MmaLaunch {
     pub token_tiles: u32,
     /// Inputs prepared by to_half first.
     pub prepared: bool,
-    /// GEMM only: blocks per tile sharing its chains (1, 4 or 8; `gemm_splits`).
+    /// GEMM only: blocks per split tile sharing its chains (1, 4 or 8; `gemm_plan`).
     pub splits: u32,
+    /// GEMM only: how many tiles come first in one block each, before the split ones (0: every
+    /// tile split `splits` ways; `gemm_plan`).
+    pub whole: u32,
+}
+
+impl MmaLaunch {
+    /// The GEMM kernels' `split_plan` argument (mma.cuh's SplitUnit): `splits` in the low 4
+    /// bits, `whole` above.
+    pub fn split_plan(&self) -> i32 {
+        (self.splits | self.whole << 4) as i32
+    }
+
+    /// Blocks (or a persistent launch's units) of a GEMM launch of `tiles` tiles: the whole
+    /// ones, then `splits` per split tile.
+    pub fn units(&self, tiles: u32) -> u32 {
+        self.whole + (tiles - self.whole) * self.splits
+    }
 }
 
 /// Most blocks a chain-split GEMM launch may have, per SM: the workspace (`Bufs::gemm_ws`) holds
@@ -229,14 +246,32 @@ pub struct MmaLaunch {
 pub const GEMM_SPLIT_MAX_BLOCKS_PER_SM: usize = 8;
 
 /// A block's time on one GEMM tile width: `per_k` µs per element of K it reduces (its share of
-/// the chains) plus `fixed` µs (pipeline ramp, epilogue, a split's partial and merge). Fitted to
+/// the chains) plus `fixed` µs (pipeline ramp, epilogue, a split's partial and merge), plus
+/// `split` µs more where the block shares its tile. Fitted to
 /// qwen3-8b's o projection on the H200 (`gpu_kernels`, 2026-11-26: per wave 119 µs unsplit and
 /// 55 µs in 4 splits on 128-token tiles, 69 and 33.5 µs on 64-token tiles); only the ratios
 /// matter, to rank launch shapes.
-const GEMM_BLOCK_US: [(usize, f64, f64); 2] = [
-    (MMA_GEMM_TOKENS, 0.0208, 33.7),
-    (MMA_GEMM_NARROW_TOKENS, 0.01156, 21.7),
+const GEMM_BLOCK_US: [(usize, f64, f64, f64); 2] = [
+    (MMA_GEMM_TOKENS, 0.0208, 33.7, 0.0),
+    (MMA_GEMM_NARROW_TOKENS, 0.01156, 21.7, 0.0),
 ];
+
+/// The wgmma GEMM's blocks on launches of at least `GEMM_WG_PROMPT_TOKENS` tokens (prompt
+/// chunks), where its tiles run compute-bound: fitted to qwen3-8b's 2,048-token projections on
+/// the H200 (`gpu_kernels`, 2026-11-27 twenty-fourth session: per wave of 128-token tiles
+/// (`wgt`) 41.5 µs at K = 4,096 and 109.8 at 12,288; of 64-token ones (`wg64`) 30.5 and 83.8;
+/// o's and down's 28 tiles left past a wave at 576 tokens, in 4 splits each, took 26–30 µs,
+/// which a split's exchange through the workspace, ~12 µs, brings the fit to).
+/// `GEMM_BLOCK_US`, fitted to the mma.sync GEMM, ranks the 64-token tile too cheap there: it
+/// put q|k|v at 512 tokens on `wg64` (94.7 µs) where `wgt` takes 76.7, and o at 576 (98.7
+/// against 80.7). Below that many tokens the decode batches' launches read their weights from
+/// memory once, and the mma.sync fit ranks them as measured.
+const GEMM_WG_PROMPT_BLOCK_US: [(usize, f64, f64, f64); 2] = [
+    (MMA_GEMM_TOKENS, 0.00834, 7.3, 12.0),
+    (MMA_GEMM_NARROW_TOKENS, 0.0065, 3.9, 12.0),
+];
+/// From how many tokens the wgmma GEMM's launches are costed by `GEMM_WG_PROMPT_BLOCK_US`.
+const GEMM_WG_PROMPT_TOKENS: usize = 4 * MMA_GEMM_TOKENS;
 
 /// The grid of a to_half launch over `m` token rows of `k` columns on `sms` multiprocessors:
 /// (rows, slices per row, 1), enough slices for two blocks per SM where the rows are few, each
@@ -248,35 +283,90 @@ pub fn to_half_grid(m: usize, k: usize, sms: usize) -> (u32, u32, u32) {
 }
 
 /// Estimated time of a GEMM launch of `t` tokens over `r` rows and `k` columns on `sms`
-/// multiprocessors (one block each at a time) with `tile`-token tiles in `splits` blocks each:
-/// block waves × one block's time.
-fn gemm_cost(t: usize, r: usize, k: usize, sms: usize, tile: usize, splits: usize) -> f64 {
-    let (_, per_k, fixed) = GEMM_BLOCK_US
+/// multiprocessors (one block each at a time) with `tile`-token tiles, the first `whole` in one
+/// block each and the rest in `splits` blocks each: block waves × one block's time, for the
+/// whole tiles (whole waves, `gemm_plan`) and then the split ones; `wg`: on wgmma.
+fn gemm_cost(
+    t: usize,
+    (r, k): (usize, usize),
+    sms: usize,
+    tile: usize,
+    (splits, whole): (usize, usize),
+    wg: bool,
+) -> f64 {
+    let table = if wg && t >= GEMM_WG_PROMPT_TOKENS {
+        &GEMM_WG_PROMPT_BLOCK_US
+    } else {
+        &GEMM_BLOCK_US
+    };
+    let (_, per_k, fixed, split_us) = table
         .iter()
         .copied()
         .find(|g| g.0 == tile)
-        .unwrap_or(GEMM_BLOCK_US[0]);
-    let blocks = r.div_ceil(128) * t.div_ceil(tile) * splits;
-    blocks.div_ceil(sms) as f64 * (per_k * k as f64 / splits as f64 + fixed)
+        .unwrap_or(table[0]);
+    let block = |s: usize| per_k * k as f64 / s as f64 + fixed + if s > 1 { split_us } else { 0.0 };
+    let split = (r.div_ceil(128) * t.div_ceil(tile) - whole) * splits;
+    whole.div_ceil(sms) as f64 * block(1) + split.div_ceil(sms) as f64 * block(splits)
 }
 
-/// Blocks per GEMM tile (1, 4 or 8) for `tile`-token tiles: the cheapest by `gemm_cost` under
-/// `split`, within the workspace (`GEMM_SPLIT_MAX_BLOCKS_PER_SM`). E.g. qwen3-8b's o at 128
-/// tokens on 128-token tiles: 32 tiles, 4 blocks each in one wave.
-pub fn gemm_splits(t: usize, r: usize, k: usize, sms: usize, tile: usize, split: GemmSplit) -> u32 {
+/// How much cheaper (`gemm_cost`) a tail plan must be than the launch's best plan that splits
+/// every tile alike before `gemm_plan` takes it: the model knows nothing of a split's exchange
+/// through the workspace, which is all a near tie would be left with.
+const GEMM_TAIL_GAIN: f64 = 0.95;
+
+/// How a GEMM launch of `tile`-token tiles shares its tiles' chains: (`splits`, `whole`) of
+/// `MmaLaunch` (`wg`: on wgmma, for `gemm_cost`). Every tile in 1, 4 or 8 blocks alike; or, with `tail`
+/// (`KernelTuning::gemm_tail`), the tiles of whole waves (of the SMs, or of `tail` tiles where
+/// not 0) in one block each and only the last partial wave's tiles in 4 or 8, whose shorter
+/// blocks then spread over every SM instead of leaving most idle (qwen3-8b's down at 576 tokens,
+/// a 512-token prompt chunk beside 64 decode tokens: 160 tiles, one wave and 28 tiles). Under
+/// `GemmSplit::Auto` the cheapest by `gemm_cost`, a tail plan only where it beats the others by
+/// `GEMM_TAIL_GAIN`; under `Fixed(s)` s (in the tail plan where `tail` is set). Always within
+/// the workspace (`GEMM_SPLIT_MAX_BLOCKS_PER_SM`). E.g. qwen3-8b's o at 128 tokens on 128-token
+/// tiles: 32 tiles, 4 blocks each in one wave.
+pub fn gemm_plan(
+    t: usize,
+    (r, k): (usize, usize),
+    sms: usize,
+    (tile, wg): (usize, bool),
+    split: GemmSplit,
+    tail: Option<usize>,
+) -> (u32, u32) {
     let tiles = r.div_ceil(128) * t.div_ceil(tile);
-    let fits = |s: usize| s == 1 || tiles * s <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * sms;
+    let fits =
+        |(s, w): (usize, usize)| s == 1 || (tiles - w) * s <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * sms;
+    let cost = |p| gemm_cost(t, (r, k), sms, tile, p, wg);
+    // The tail plans: whole waves, then the rest in s blocks each (none where nothing is left
+    // over or no wave is whole).
+    let whole = tail.map_or(0, |wave| {
+        let wave = if wave == 0 { sms } else { wave };
+        tiles / wave * wave
+    });
+    let tail_plan = |s: usize| (whole > 0 && whole < tiles && s > 1).then_some((s, whole));
+    let pick = |p: (usize, usize)| (p.0 as u32, p.1 as u32);
     match split {
-        GemmSplit::Fixed(s) if fits(s as usize) => s,
-        GemmSplit::Fixed(_) => 1,
-        GemmSplit::Auto => [1usize, 4, 8]
+        GemmSplit::Fixed(s) => [tail_plan(s as usize), Some((s as usize, 0))]
             .into_iter()
-            .filter(|&s| fits(s))
-            .min_by(|&a, &b| {
-                let cost = |s| gemm_cost(t, r, k, sms, tile, s);
-                cost(a).total_cmp(&cost(b))
-            })
-            .unwrap_or(1) as u32,
+            .flatten()
+            .find(|&p| fits(p))
+            .map_or((1, 0), pick),
+        GemmSplit::Auto => {
+            let alike = [1usize, 4, 8]
+                .into_iter()
+                .map(|s| (s, 0))
+                .filter(|&p| fits(p))
+                .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+                .unwrap_or((1, 0));
+            let best_tail = [4usize, 8]
+                .into_iter()
+                .filter_map(tail_plan)
+                .filter(|&p| fits(p))
+                .min_by(|&a, &b| cost(a).total_cmp(&cost(b)));
+            match best_tail {
+                Some(p) if cost(p) < GEMM_TAIL_GAIN * cost(alike) => pick(p),
+                _ => pick(alike),
+            }
+        }
     }
 }
 
@@ -289,8 +379,8 @@ pub fn gemm_splits(t: usize, r: usize, k: usize, sms: usize, tile: usize, split:
 /// as the tokens need (else the 16-token tile). From `gemm_from` tokens (past 8) the GEMM
 /// takes every launch (below 128 tokens only where `k` reaches `gemm_min_k`): blocks of 128 rows
 /// and 128 tokens, or 64 with `gemm_narrow`, each tile's
-/// chains in 1, 4 or 8 blocks (`gemm_splits`), whichever `gemm_cost` ranks cheapest for the
-/// `r` × `k` matrix.
+/// chains in 1, 4 or 8 blocks, or the last partial wave's only (`gemm_plan`), whichever
+/// `gemm_cost` ranks cheapest for the `r` × `k` matrix.
 pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
     let (variant, rows) = mma_variant(t);
     let prepared = t > 8 || (tuning.prepared_from > 0 && t >= tuning.prepared_from);
@@ -300,28 +390,41 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
         token_tiles: 1,
         prepared,
         splits: 1,
+        whole: 0,
     };
     let short_k = t < MMA_GEMM_TOKENS && k < tuning.gemm_min_k;
     if t > 8 && !short_k && tuning.gemm_from.is_some_and(|n| t >= n) {
-        // Each tile width with its best split; the narrow one only where strictly cheaper.
+        // Each tile width with its best plan that splits every tile alike (the tail plans
+        // only refine the width chosen so); the narrow one only where strictly cheaper.
+        // (The host runs it on wgmma where it can: `tuning.wgmma` holds only on sm_90.)
+        let wg = tuning.wgmma && k.is_multiple_of(64);
         let shape = |variant, tile| {
-            let splits = gemm_splits(t, r, k, sms, tile, tuning.gemm_split);
-            let cost = gemm_cost(t, r, k, sms, tile, splits as usize);
-            (variant, tile, splits, cost)
+            let (splits, whole) = gemm_plan(t, (r, k), sms, (tile, wg), tuning.gemm_split, None);
+            let cost = gemm_cost(t, (r, k), sms, tile, (splits as usize, whole as usize), wg);
+            (variant, tile, cost)
         };
         let wide = shape(MMA_GEMM, MMA_GEMM_TOKENS);
         let narrow = shape(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS);
-        let (variant, tile, splits, _) = if tuning.gemm_narrow && narrow.3 < wide.3 {
+        let (variant, tile, _) = if tuning.gemm_narrow && narrow.2 < wide.2 {
             narrow
         } else {
             wide
         };
+        let (splits, whole) = gemm_plan(
+            t,
+            (r, k),
+            sms,
+            (tile, wg),
+            tuning.gemm_split,
+            tuning.gemm_tail,
+        );
         return MmaLaunch {
             variant,
             rows: 128,
             token_tiles: t.div_ceil(tile) as u32,
             prepared,
             splits,
+            whole,
         };
     }
     if t <= 8 {
@@ -353,6 +456,7 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
         token_tiles,
         prepared,
         splits: 1,
+        whole: 0,
     }
 }
 
@@ -483,6 +587,7 @@ mod tests {
                     token_tiles: 1,
                     prepared: t > 8,
                     splits: 1,
+                    whole: 0,
                 };
                 assert_eq!(
                     mma_launch(t, r, 4096, SMS, &d),
@@ -507,6 +612,7 @@ mod tests {
             token_tiles: t.div_ceil(MMA_GEMM_TOKENS) as u32,
             prepared: true,
             splits: 1,
+            whole: 0,
         };
         assert_eq!(mma_launch(64, 4096, 4096, SMS, &tuning), gemm(64));
         assert_eq!(mma_launch(1000, 24_576, 4096, SMS, &tuning), gemm(1000));
@@ -578,8 +684,81 @@ mod tests {
     }
 
     #[test]
+    fn only_the_last_partial_wave_splits_where_that_saves_most() {
+        let d = KernelTuning::default();
+        let (o, down, gate_up) = ((4096, 4096), (4096, 12_288), (24_576, 4096));
+        let launch = |t, (r, k): (usize, usize), tuning: &KernelTuning| {
+            let l = mma_launch(t, r, k, SMS, tuning);
+            (l.variant, l.splits, l.whole)
+        };
+        // 64 decode tokens + a 512-token prompt chunk: o's and down's 160 tiles are one wave
+        // and 28 tiles; the 28 split 4 ways (112 blocks). Measured on the H200 (gpu_kernels,
+        // 2026-11-27 twenty-fourth session): o 80.7 → 71.2 µs, down 174.5 (all 160 in 4
+        // splits: 640 blocks) → 137.8.
+        assert_eq!(launch(576, down, &d), (MMA_GEMM, 4, 132));
+        assert_eq!(launch(576, o, &d), (MMA_GEMM, 4, 132));
+        let off = KernelTuning {
+            gemm_tail: None,
+            ..d
+        };
+        assert_eq!(launch(576, o, &off), (MMA_GEMM, 1, 0));
+        // Prompt-sized launches on wgmma take 128-token tiles (q|k|v at 512 tokens: 76.7 µs
+        // against 94.7 on 64-token ones); on the mma.sync GEMM the fit that ranks them is the
+        // older one.
+        assert_eq!(launch(512, (6144, 4096), &d), (MMA_GEMM, 1, 0));
+        let sync = KernelTuning { wgmma: false, ..d };
+        assert_eq!(launch(512, (6144, 4096), &sync).0, MMA_GEMM_NARROW);
+        // Near ties keep every tile alike: gate|up's 960 tiles at 576 tokens (7 waves and 36
+        // tiles), a 2,048-token prompt's 3,072 (23 and 36), a decode step's 192 at 64 tokens.
+        assert_eq!(launch(576, gate_up, &d), (MMA_GEMM, 1, 0));
+        assert_eq!(launch(2048, gate_up, &d), (MMA_GEMM, 1, 0));
+        assert_eq!(launch(64, gate_up, &d), (MMA_GEMM_NARROW, 1, 0));
+        // Whole waves of the SMs only: 512 tokens fill them (o's 128 tiles in one wave).
+        assert_eq!(launch(512, o, &d), (MMA_GEMM, 1, 0));
+        // Fixed splits with waves of 3 tiles (the bit-identity tests): 32 tiles of o at 128
+        // tokens, 30 whole and 2 in 4 blocks each; where nothing is left over, all alike.
+        let fixed = |s, wave, t| {
+            gemm_plan(
+                t,
+                (4096, 4096),
+                SMS,
+                (MMA_GEMM_TOKENS, true),
+                GemmSplit::Fixed(s),
+                Some(wave),
+            )
+        };
+        assert_eq!(fixed(4, 3, 128), (4, 30));
+        assert_eq!(fixed(8, 3, 128), (8, 30));
+        assert_eq!(fixed(4, 4, 128), (4, 0));
+        assert_eq!(fixed(1, 3, 128), (1, 0));
+        // The units: whole tiles, then the split ones' blocks.
+        let l = MmaLaunch {
+            variant: MMA_GEMM,
+            rows: 128,
+            token_tiles: 5,
+            prepared: true,
+            splits: 4,
+            whole: 132,
+        };
+        assert_eq!((l.units(160), l.split_plan()), (132 + 28 * 4, 4 | 132 << 4));
+        // The split tiles stay within the workspace at any token count.
+        for t in (9..=4096).step_by(37) {
+            for (r, k) in [o, down, gate_up, (6144, 4096), (151_936, 4096)] {
+                let l = mma_launch(t, r, k, SMS, &d);
+                let tiles = r.div_ceil(128) * l.token_tiles as usize;
+                if l.variant >= MMA_GEMM && l.splits > 1 {
+                    assert!(
+                        (tiles - l.whole as usize) * l.splits as usize
+                            <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * SMS
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn gemm_chains_split_only_within_the_workspace() {
-        let split = |t, s| gemm_splits(t, 4096, 4096, SMS, MMA_GEMM_TOKENS, s);
+        let split = |t, s| gemm_plan(t, (4096, 4096), SMS, (MMA_GEMM_TOKENS, true), s, None).0;
         // o at 128 tokens: 32 tiles; at 2,048: 512, where 8 splits would pass the workspace.
         assert_eq!(split(128, GemmSplit::Auto), 4);
         assert_eq!(split(2048, GemmSplit::Auto), 1);
@@ -688,6 +867,7 @@ mod tests {
             token_tiles,
             prepared: true,
             splits: 1,
+            whole: 0,
         };
         // qwen3-8b o_proj at 64 tokens: 128 blocks of 32 rows leave SMs idle; 32-token tiles over
         // 16-row blocks give 512.

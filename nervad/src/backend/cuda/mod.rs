@@ -47,7 +47,7 @@ use launch_shape::{
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
     MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM,
-    MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch, WG_STREAM_SHARED, gemm_splits, mma_gemm_shared,
+    MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch, WG_STREAM_SHARED, gemm_plan, mma_gemm_shared,
     mma_launch, mma_threads, mma_variant, to_half_grid, wg_gemm_shared, wg_stream_launch,
     wgs_blocks,
 };
@@ -886,7 +886,7 @@ impl CudaBackend {
         let t = options.max_step_tokens;
         let max_pages = options.max_context.div_ceil(options.page_tokens);
         let z = ATTN_SPLITS as usize;
-        // Chain-split GEMM launches stay within this many blocks (`gemm_splits`), one partial
+        // Chain-split GEMM launches stay within this many blocks (`gemm_plan`), one partial
         // tile of 128 rows × 128 tokens each. Every projection mode may launch the GEMM (mixed
         // runs the tensor cores past 2 tokens), so the workspace is always there.
         let gemm_split_blocks = GEMM_SPLIT_MAX_BLOCKS_PER_SM * facts.sms as usize;
@@ -1824,8 +1824,8 @@ impl CudaBackend {
         };
         let mut a = ProjParams::new(p, t, self.config.rms_norm_eps as f32);
         a.token_tiles = shape.token_tiles as i32;
-        let splits = shape.splits as i32;
-        let units = tiles * shape.splits;
+        let split_plan = shape.split_plan();
+        let units = shape.units(tiles);
         let blocks = match variant {
             MMA_WGT | MMA_WGS => wgs_blocks(units as usize, self.sms as usize, &self.tuning),
             _ => stream_blocks.unwrap_or(units),
@@ -1835,7 +1835,7 @@ impl CudaBackend {
         let args = if gemm {
             args.arg(&self.bufs.gemm_ws.ptr)
                 .arg(&self.bufs.gemm_done.ptr)
-                .arg(&splits)
+                .arg(&split_plan)
         } else {
             args
         };
@@ -1843,14 +1843,15 @@ impl CudaBackend {
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
         // float* y, int y_stride, int token_tiles, W* yh, int yh_wg), the GEMM's with
-        // (float* ws, int* counters, int splits) after: yh is null or xb, which holds
+        // (float* ws, int* counters, int split_plan) after: yh is null or xb, which holds
         // max_step_tokens × max(K) 16-bit values (a GLU writes T rows of R / 2) and which no
         // other kernel of the launch reads; w holds R×K weights (row-major, or tiled and padded as
         // mma_tiled.cu reads them), x and y hold T rows of their strides, xh (when used) the T
         // prepared rows (for wg: in the wgmma order, K a multiple of 64), bias/norm are null
-        // or R/K floats; the grid is the row tiles times the token tiles (times the splits); a
-        // split launch has at most gemm_split_blocks blocks (`gemm_splits`), within ws and
-        // counters, and its counters are zero between launches; the warp-specialized GEMM runs
+        // or R/K floats; the grid is the launch's units (`MmaLaunch::units`: the row tiles
+        // times the token tiles, the split ones times the splits); its split tiles take at most
+        // gemm_split_blocks blocks (`gemm_plan`), within ws and counters, whose slots it indexes
+        // from its first split tile, and its counters are zero between launches; the warp-specialized GEMM runs
         // with the MMA_WGS_THREADS threads it is built for, its TMA forms (tiled weights only:
         // `wg_tma`) with the maps of those same w and xh, in any number of blocks (each walks the
         // units b, b + blocks, ... of the tiles × splits; none waits for another); the

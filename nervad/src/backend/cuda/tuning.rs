@@ -53,8 +53,15 @@ pub struct KernelTuning {
     /// SMs idle for longer (`mma_launch`).
     pub gemm_narrow: bool,
     /// How many blocks share a GEMM tile's chains (mma.cuh, chain splits): `GemmSplit::Auto`
-    /// picks 1, 4 or 8 per launch by block waves (`gemm_splits`).
+    /// picks 1, 4 or 8 per launch by block waves (`gemm_plan`).
     pub gemm_split: GemmSplit,
+    /// Chain splits for the last partial wave of a GEMM launch's tiles only (`gemm_plan`):
+    /// whole waves of tiles in one block each, then the leftover tiles in 4 or 8 blocks each
+    /// (the same bits), where `gemm_cost` ranks that cheapest. `Some(0)`: waves of the SMs;
+    /// `Some(n)`: waves of n tiles (the bit-identity tests, whose small models have few tiles);
+    /// None: off. Prompt chunks beside a step's decode tokens (64 + 512 tokens: 5 token tiles
+    /// where 512 take 4) leave o and down a second wave of 28 tiles on 132 SMs.
+    pub gemm_tail: Option<usize>,
     /// Launches of fewer than `MMA_GEMM_TOKENS` tokens take the GEMM (from `gemm_from`) only
     /// for matrices of at least this many columns: with a shorter K a block's fixed cost
     /// outweighs its share of the chains and the register kernels win; 0 always.
@@ -138,7 +145,7 @@ pub enum WgStream {
 /// share of the eight k-chains, merged in the one fixed order by the last to finish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmSplit {
-    /// Per launch, by block waves (`gemm_splits`).
+    /// Per launch, by block waves (`gemm_plan`).
     Auto,
     /// Always this many (1, 4 or 8): 1 is off; 4 and 8 exist for the bit-identity tests.
     Fixed(u32),
@@ -179,6 +186,7 @@ impl Default for KernelTuning {
             gemm_from: Some(32),
             gemm_narrow: true,
             gemm_split: GemmSplit::Auto,
+            gemm_tail: Some(0),
             gemm_min_k: 4096,
             prefill_attention: true,
             prefill_fold_from: Some(1),
@@ -211,6 +219,7 @@ impl KernelTuning {
             gemm_from: None,
             gemm_narrow: false,
             gemm_split: GemmSplit::Fixed(1),
+            gemm_tail: None,
             gemm_min_k: 0,
             prefill_attention: false,
             prefill_fold_from: None,
@@ -230,7 +239,8 @@ impl KernelTuning {
     /// `NERVA_ATTN_CLUSTER=1`, `NERVA_MMA_PREPARED=<tokens>`, `NERVA_MMA_SPLIT=1`,
     /// `NERVA_TILED_WEIGHTS=1`, `NERVA_L2_PREFETCH_MIB=<MiB>`, `NERVA_L2_PREFETCH_UNTIL=<tokens>`
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
-    /// 0 auto>`, `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`,
+    /// 0 auto>`, `NERVA_MMA_GEMM_TAIL=<0 off, 1 waves of the SMs, n > 1 waves of n tiles>`,
+    /// `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`,
     /// `NERVA_ATTN_FOLD=<tokens>`, `NERVA_ATTN_MIXED=1`,
     /// `NERVA_WGMMA=1`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
@@ -274,6 +284,12 @@ impl KernelTuning {
                     d.gemm_split
                 }
                 None => d.gemm_split,
+            },
+            gemm_tail: match var("NERVA_MMA_GEMM_TAIL") {
+                Some(0) => None,
+                Some(1) => Some(0),
+                Some(n) => Some(n),
+                None => d.gemm_tail,
             },
             gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),

@@ -446,9 +446,10 @@ __device__ __forceinline__ void tile_sync() {
 }
 
 // A split tile's exchange: each block writes what it holds (its pair in `sum` with 4 splits,
-// its chain in `acc` with 8) to its slice of ws ([slot][split][value][thread], `SplitUnit::slot`)
-// and counts itself in counters[slot]; the last to arrive resets the counter, merges the slices as one block
-// would, ((p0 + p1) + p2) + p3 with p_i = w_i + w_(i+4), into `sum` and returns true.
+// its chain in `acc` with 8) to its slice of ws ([slot][split][value][thread], the tile's
+// `SplitUnit::slot`) and counts itself in counters[slot]; the last to arrive resets the counter,
+// merges the slices as one block would, ((p0 + p1) + p2) + p3 with p_i = w_i + w_(i+4), into
+// `sum` and returns true.
 template <int VALS, int SYNC = 0>
 __device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int slot, int split,
                                                   int splits, const float (&acc)[VALS],

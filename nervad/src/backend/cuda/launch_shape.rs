@@ -247,10 +247,10 @@ pub const GEMM_SPLIT_MAX_BLOCKS_PER_SM: usize = 8;
 
 /// A block's time on one GEMM tile width: `per_k` µs per element of K it reduces (its share of
 /// the chains) plus `fixed` µs (pipeline ramp, epilogue, a split's partial and merge), plus
-/// `split` µs more where the block shares its tile. Fitted to
-/// qwen3-8b's o projection on the H200 (`gpu_kernels`, 2026-11-26: per wave 119 µs unsplit and
-/// 55 µs in 4 splits on 128-token tiles, 69 and 33.5 µs on 64-token tiles); only the ratios
-/// matter, to rank launch shapes.
+/// `split` µs more where the block shares its tile. Fitted to qwen3-8b's o projection on the
+/// H200 (`gpu_kernels`, 2026-11-26: per wave 119 µs unsplit and 55 µs in 4 splits on 128-token
+/// tiles, 69 and 33.5 µs on 64-token tiles; the splits' exchange inside `fixed`); only the
+/// ratios matter, to rank launch shapes.
 const GEMM_BLOCK_US: [(usize, f64, f64, f64); 2] = [
     (MMA_GEMM_TOKENS, 0.0208, 33.7, 0.0),
     (MMA_GEMM_NARROW_TOKENS, 0.01156, 21.7, 0.0),
@@ -310,20 +310,22 @@ fn gemm_cost(
 }
 
 /// How much cheaper (`gemm_cost`) a tail plan must be than the launch's best plan that splits
-/// every tile alike before `gemm_plan` takes it: the model knows nothing of a split's exchange
-/// through the workspace, which is all a near tie would be left with.
+/// every tile alike before `gemm_plan` takes it: the fits price a split's exchange through the
+/// workspace roughly (the mma.sync one not at all), and a near tie would be left with little
+/// else. (Decode batches, where the model ranks gate|up's tail plan 1.5% cheaper at 64 tokens,
+/// measured it 0.7% slower: 2026-11-27 twenty-fourth session.)
 const GEMM_TAIL_GAIN: f64 = 0.95;
 
 /// How a GEMM launch of `tile`-token tiles shares its tiles' chains: (`splits`, `whole`) of
-/// `MmaLaunch` (`wg`: on wgmma, for `gemm_cost`). Every tile in 1, 4 or 8 blocks alike; or, with `tail`
-/// (`KernelTuning::gemm_tail`), the tiles of whole waves (of the SMs, or of `tail` tiles where
-/// not 0) in one block each and only the last partial wave's tiles in 4 or 8, whose shorter
-/// blocks then spread over every SM instead of leaving most idle (qwen3-8b's down at 576 tokens,
-/// a 512-token prompt chunk beside 64 decode tokens: 160 tiles, one wave and 28 tiles). Under
-/// `GemmSplit::Auto` the cheapest by `gemm_cost`, a tail plan only where it beats the others by
-/// `GEMM_TAIL_GAIN`; under `Fixed(s)` s (in the tail plan where `tail` is set). Always within
-/// the workspace (`GEMM_SPLIT_MAX_BLOCKS_PER_SM`). E.g. qwen3-8b's o at 128 tokens on 128-token
-/// tiles: 32 tiles, 4 blocks each in one wave.
+/// `MmaLaunch` (`wg`: on wgmma, for `gemm_cost`). Every tile in 1, 4 or 8 blocks alike; or,
+/// with `tail` (`KernelTuning::gemm_tail`), the tiles of whole waves (of the SMs, or of `tail`
+/// tiles where not 0) in one block each and only the last partial wave's tiles in 4 or 8, whose
+/// shorter blocks then spread over every SM instead of leaving most idle (qwen3-8b's down at 576
+/// tokens, a 512-token prompt chunk beside 64 decode tokens: 160 tiles, one wave and 28 tiles).
+/// Under `GemmSplit::Auto` the cheapest by `gemm_cost`, a tail plan only where it beats the
+/// others by `GEMM_TAIL_GAIN`; under `Fixed(s)` s (in the tail plan where `tail` is set).
+/// Always within the workspace (`GEMM_SPLIT_MAX_BLOCKS_PER_SM`). E.g. qwen3-8b's o at 128
+/// tokens on 128-token tiles: 32 tiles, 4 blocks each in one wave.
 pub fn gemm_plan(
     t: usize,
     (r, k): (usize, usize),

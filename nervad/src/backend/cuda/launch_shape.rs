@@ -743,6 +743,31 @@ mod tests {
             whole: 132,
         };
         assert_eq!((l.units(160), l.split_plan()), (132 + 28 * 4, 4 | 132 << 4));
+        // Read back as mma.cuh's SplitUnit reads it, a plan's units cover every tile once whole
+        // or in all of its splits, and the split tiles' slots count from 0.
+        let unit = |plan: u32, u: u32| {
+            let (s, whole) = (plan & 15, plan >> 4);
+            if u < whole {
+                (u, 0, 1, 0)
+            } else {
+                let slot = (u - whole) / s;
+                (whole + slot, (u - whole) % s, s, slot)
+            }
+        };
+        for (tiles, splits, whole) in [(160, 4, 132), (288, 8, 264), (32, 4, 0), (7, 8, 3)] {
+            let l = MmaLaunch { splits, whole, ..l };
+            let mut seen = vec![Vec::new(); tiles as usize];
+            for u in 0..l.units(tiles) {
+                let (tile, split, s, slot) = unit(l.split_plan() as u32, u);
+                assert_eq!(s, if tile < whole { 1 } else { splits });
+                assert_eq!(slot, tile.saturating_sub(whole));
+                seen[tile as usize].push(split);
+            }
+            for (tile, got) in seen.iter().enumerate() {
+                let s = if (tile as u32) < whole { 1 } else { splits };
+                assert_eq!(*got, (0..s).collect::<Vec<_>>(), "tile {tile}");
+            }
+        }
         // The split tiles stay within the workspace at any token count.
         for t in (9..=4096).step_by(37) {
             for (r, k) in [o, down, gate_up, (6144, 4096), (151_936, 4096)] {

@@ -23,6 +23,7 @@
 #include "rope.cuh"
 #include "attn_mma.cuh"
 #include "mbarrier.cuh"
+#include "wgmma.cuh"
 
 #define ATTN_THREADS 256
 #define ATTN_WARPS (ATTN_THREADS / 32)
@@ -454,26 +455,95 @@ __device__ __forceinline__ void attn_split_body(
 // per chunk column looked a page up and computed a 64-bit address for every 16-byte copy: ncu
 // found most of attn_decode_serial's instructions there, and instruction issue its limit.)
 // Adjacent threads read a position's adjacent chunks (whole 32-byte sectors), and the rows'
-// 16-byte padding spreads a pass's writes over every bank. attn_prefill stages with the block
-// (attn_decode_serial stages each half of a tile on its own: SerialStager).
-template <typename KV>
+// 16-byte padding (or the swizzle) spreads a pass's writes over every bank. attn_prefill stages
+// with the block (attn_decode_serial stages each half of a tile on its own: SerialStager). L: the
+// tile's layout (TilePadded; TileSwizzled for the wgmma operands, dst 1 KiB aligned), the values
+// L::bytes(D) after the keys.
+template <typename KV, typename L = TilePadded>
 __device__ __forceinline__ void stage_tile(u32 dst, const KV* kv, const KvRows& rows, int D,
                                            int base, int n, int tid, int threads) {
     const int lp = max(2, threads / ATTN_TILE), per = threads / lp, ch = D / 8;
     if (tid >= per * lp) return;
     const size_t to_v = (size_t)rows.page_tokens * rows.kv_dim;  // key row → value row
+    const u32 dst_v = dst + L::bytes(D);
 #pragma unroll
     for (int p = tid / lp; p < ATTN_TILE; p += per) {
         const bool ok = p < n;
         const KV* src = ok ? kv + rows.key_row(base + p) : kv;
-        const u32 at = dst + p * ATTN_ROW(D) * 2;
 #pragma unroll 4
         for (int c = tid % lp; c < ch; c += lp) {
-            cp_async16(at + c * 16, ok ? src + c * 8 : kv, ok);
-            cp_async16(at + ATTN_TILE * ATTN_ROW(D) * 2 + c * 16, ok ? src + to_v + c * 8 : kv, ok);
+            cp_async16(L::at(dst, p, c * 8, D), ok ? src + c * 8 : kv, ok);
+            cp_async16(L::at(dst_v, p, c * 8, D), ok ? src + to_v + c * 8 : kv, ok);
         }
     }
 }
+
+// attn_prefill_wg's mma (sm_90a): the scores of N staged tiles (keys at st[t], TileSwizzled, head
+// dim 128) for the warpgroup's 64 rows, each one chain of eight k16 steps from zero over the head
+// dims in order, as raw_scores' mma.sync chains (n-tile j of sc[t] is accumulator j of the
+// m64 × n32 step: the same fragment); q: the warpgroup's 64 query rows, TileSwizzled in blocks of
+// 64 dims `q_block` bytes apart (the same values raw_scores' ldmatrix gives the warps).
+template <typename KV, int N>
+__device__ __forceinline__ void wg_scores(u32 q, u32 q_block, const u32 (&st)[2],
+                                          float (&sc)[2][4][4]) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sc[t][j][e] = 0.f;
+    // A step's descriptors are the base's plus its offset in 16-byte units (the start address
+    // field; shared addresses stay below 2^18 bytes, so no carry leaves it).
+    const u64 qd = wgmma_desc_sw128(q);
+    u64 kd[N];
+#pragma unroll
+    for (int t = 0; t < N; ++t) kd[t] = wgmma_desc_sw128(st[t]);
+    wgmma_fence();
+#pragma unroll
+    for (int t = 0; t < N; ++t)
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk)
+            wgmma_ss_n32(reinterpret_cast<float(&)[16]>(sc[t]),
+                         qd + (((kk >> 2) * q_block + (kk & 3) * 32) >> 4),
+                         kd[t] + (((kk >> 2) * (ATTN_TILE * 128) + (kk & 3) * 32) >> 4),
+                         (const KV*)nullptr);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int t = 0; t < N; ++t) wgmma_hold(reinterpret_cast<float(&)[16]>(sc[t]));
+}
+
+// o += P · V for one staged tile (values at v, TileSwizzled: N-major, 64-dim blocks
+// ATTN_TILE * 128 bytes apart, 8-position groups 1 KiB apart): for each half of the head dims an
+// m64 × n64 step over positions 0-15, then 16-31, as AttnRows::values' chains (n-tile n of o is
+// accumulators 4 (n % 8) .. + 3 of half n / 8's steps). Halves, not one n128 step: ptxas finds
+// registers for 32 accumulators in flight beside the fold's where it did not for 64.
+template <typename KV>
+__device__ __forceinline__ void wg_values(float (&o)[16][4], const u32 (&pa)[2][4], u32 v) {
+    float(&d)[2][32] = reinterpret_cast<float(&)[2][32]>(o);
+    const u64 vd = wgmma_desc_sw128_nmajor(v, ATTN_TILE * 128, 1024);
+    wgmma_fence();
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+            wgmma_n64_nmajor(d[h], pa[kk], vd + ((h * (ATTN_TILE * 128) + kk * 2048) >> 4),
+                             (const KV*)nullptr);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_hold(d[0]);
+    wgmma_hold(d[1]);
+}
+
+// T where B, else F (NVRTC has no <type_traits>).
+template <bool B, typename T, typename F>
+struct Pick {
+    using type = T;
+};
+template <typename T, typename F>
+struct Pick<false, T, F> {
+    using type = F;
+};
 
 //
 // FOLD (attn_prefill_fold): one block takes every split of its rows, in order, and folds each
@@ -482,15 +552,28 @@ __device__ __forceinline__ void stage_tile(u32 dst, const KV* kv, const KvRows& 
 // rounded for the o projection where xh is given). No partial goes through memory (at 2,048
 // tokens they were 537 MB per layer written and read back) and no attn_combine launch follows;
 // the fold's accumulators take a second set of registers, so one block per SM.
-template <typename KV, int DIM, int GQ, bool FOLD>
+//
+// WG (attn_prefill_wg, FOLD on sm_90a, head dim 128): each warpgroup's four warps (64 rows) run
+// their mma on wgmma instead of mma.sync: scores against a tile's keys as one m64 × n32 chain over
+// the head dims (A: the rows' queries, held in registers for the whole block), and o += P · V as
+// m64 × n128 steps over positions 0-15 then 16-31 (A: P in registers, B: the values N-major). The
+// tiles are staged with the 128-byte swizzle (TileSwizzled) that the descriptors read; the same
+// operand fragments, chains and accumulators as the warps' mma.sync, step for step (wgmma.cuh),
+// and the softmax, fold and stores are the same code: the same bits. A warpgroup reads each staged
+// tile once for its 64 rows where four warps read it once each. Measured no faster than the
+// mma.sync fold (the products are not what binds it: BENCHMARKS.md, twenty-fifth session), so
+// off by default (`KernelTuning::prefill_wgmma`).
+template <typename KV, int DIM, int GQ, bool FOLD, bool WG = false>
 __device__ __forceinline__ void attn_prefill_body(
     StepMeta meta, const float* __restrict__ q, const KV* kv, const int* __restrict__ tables,
     KvGeometry geo, int heads, int window, float scale, float* __restrict__ part_o,
     float* __restrict__ part_ml, float* __restrict__ out, KV* __restrict__ xh, int xh_wg) {
     static_assert(DIM == 64 || DIM == 128, "attn_prefill serves head dims 64 and 128");
     static_assert(GQ >= 1 && 16 % GQ == 0, "whole tokens per warp");
+    static_assert(!WG || (FOLD && DIM == 128), "the wgmma fold serves head dim 128");
+    using Layout = typename Pick<WG, TileSwizzled, TilePadded>::type;
     constexpr int QT = ATTN_PREFILL_ROWS / GQ, ROW = ATTN_ROW(DIM), Z = ATTN_SPLITS;
-    constexpr int STAGE_BYTES = 2 * ATTN_TILE * ROW * 2;
+    constexpr int STAGE_BYTES = 2 * ATTN_TILE * (WG ? DIM : ROW) * 2;
     // Dynamic: the rows' queries in the KV type, then 2 PREFILL_TPI stages (the host's
     // attn_prefill_shared).
     extern __shared__ uint4 dyn[];
@@ -508,9 +591,14 @@ __device__ __forceinline__ void attn_prefill_body(
         first[tid] = s.first;
         table[tid] = s.table;
     }
-    KV* qh = reinterpret_cast<KV*>(dyn);
-    const u32 q_base = (u32)__cvta_generic_to_shared(dyn);
-    const u32 stage0 = q_base + ATTN_PREFILL_ROWS * ROW * 2;
+    // WG: the queries and the stages from the first 1 KiB boundary (the swizzle's period; the
+    // host's attn_prefill_shared leaves the room), the queries as the wgmma's A operand: rows of
+    // 64 dims (128 bytes, TileSwizzled), the block's rows of dims 0-63, then of 64-127.
+    const u32 dyn_base = (u32)__cvta_generic_to_shared(dyn);
+    const u32 q_base = WG ? (dyn_base + 1023) & ~1023u : dyn_base;
+    KV* qh = reinterpret_cast<KV*>(reinterpret_cast<char*>(dyn) + (q_base - dyn_base));
+    constexpr u32 Q_BLOCK = ATTN_PREFILL_ROWS * 128;  // WG: bytes of one 64-dim block
+    const u32 stage0 = q_base + ATTN_PREFILL_ROWS * (WG ? DIM : ROW) * 2;
     // The queries: four 16-byte loads in flight per thread, then rounded to the KV type.
     constexpr int Q4 = ATTN_PREFILL_ROWS * DIM / 4, QUNROLL = 4;
     static_assert(Q4 % (ATTN_THREADS * QUNROLL) == 0, "whole passes");
@@ -531,9 +619,15 @@ __device__ __forceinline__ void attn_prefill_body(
             uint2 packed;
             packed.x = pack2<KV>(x[u].x, x[u].y);
             packed.y = pack2<KV>(x[u].z, x[u].w);
-            *reinterpret_cast<uint2*>(qh + r * ROW + d) = packed;
+            // WG: chunk d / 8 of row r in its 64-dim block, swizzled; d % 8 is 0 or 4.
+            const int at = WG ? (d >> 6) * (Q_BLOCK / 2) + r * 64 + ((((d >> 3) & 7) ^ (r & 7)) << 3) +
+                                    (d & 7)
+                              : r * ROW + d;
+            *reinterpret_cast<uint2*>(qh + at) = packed;
         }
     }
+    // WG: the queries are read by the tensor cores (the async proxy).
+    if (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     AttnRows<KV, DIM> rows;
     // FOLD: the fold of the lane's two rows (h = 0, 1) so far, values laid out as rows.o.
@@ -551,6 +645,8 @@ __device__ __forceinline__ void attn_prefill_body(
     // The warp's rows and the tokens of the lane's two rows.
     const int wr = warp * 16;
     const int ja = (wr + (lane >> 2)) / GQ, jb = (wr + (lane >> 2) + 8) / GQ;
+    // The first row of the warp's warpgroup.
+    const int wg0 = (warp >> 2) * 64;
     for (int r0 = 0; r0 < nt;) {
         int r1 = r0 + 1, smax = span[r0];
         while (r1 < nt && table[r1] == table[r0] && first[r1] == first[r0])
@@ -572,9 +668,15 @@ __device__ __forceinline__ void attn_prefill_body(
         const KvRows pages(geo, tab, g, DIM);
         auto stage = [&](Tile t, int slot) {
             if (t.z < Z)
-                stage_tile<KV>(stage0 + slot * STAGE_BYTES, kv, pages, DIM,
+                stage_tile<KV, Layout>(stage0 + slot * STAGE_BYTES, kv, pages, DIM,
                                fst + t.s * ATTN_TILE, min(ATTN_TILE, smax - t.s * ATTN_TILE),
                                tid, ATTN_THREADS);
+        };
+        // Tiles `ts` into the group of stages from `slot0` (PREFILL_TPI slots).
+        auto stage_group = [&](const Tile* ts, int slot0) {
+#pragma unroll
+            for (int i = 0; i < PREFILL_TPI(FOLD); ++i) stage(ts[i], slot0 + i);
+            cp_async_commit();
         };
         const u32 q_rows = q_base + wr * ROW * 2;
         // A split's tile done, `after` the one that follows it (z = Z: none): where it ends the
@@ -631,6 +733,18 @@ __device__ __forceinline__ void attn_prefill_body(
             rows.values(stage0 + slot * STAGE_BYTES + ATTN_TILE * ROW * 2, DIM, pa[0]);
             split_end(t, after);
         };
+        // The same on wgmma (WG): tile t's values at v.
+        auto wg_finish = [&](Tile t, float (&sc)[1][4][4], u32 v, Tile after) {
+            int n[1][2];
+            valid(t, n[0]);
+            u32 pa[1][2][4];
+            float corr[1][2];
+            bool rescale[1];
+            rows.template update<1>(sc, n, scale, pa, corr, rescale);
+            rows.rescale_o(corr[0], rescale[0]);
+            if constexpr (WG) wg_values<KV>(rows.o, pa[0], v);
+            split_end(t, after);
+        };
         // The run's tiles TPI at a time (a group), each group staged while the one before
         // computes. FOLD (one block per SM, registers to spare) takes two: their scores' mma
         // chains side by side, and where both are of one split, their softmax too (the same
@@ -643,9 +757,7 @@ __device__ __forceinline__ void attn_prefill_body(
         for (int i = 1; i < TPI; ++i) cur[i] = cur[i - 1].z < Z ? next(cur[i - 1]) : cur[i - 1];
         if (cur[0].z < Z) {
             rows.init();
-#pragma unroll
-            for (int i = 0; i < TPI; ++i) stage(cur[i], i);
-            cp_async_commit();
+            stage_group(cur, 0);
             for (int k = 0;; ++k) {
                 const int base = (k & 1) * TPI;  // this group's first slot
                 Tile nxt[TPI];
@@ -653,13 +765,62 @@ __device__ __forceinline__ void attn_prefill_body(
 #pragma unroll
                 for (int i = 1; i < TPI; ++i)
                     nxt[i] = nxt[i - 1].z < Z ? next(nxt[i - 1]) : nxt[i - 1];
+                if constexpr (WG) {
+                    // This group landed and is shown to the tensor cores (the async proxy),
+                    // then the next group is staged (into the stages the group before this one
+                    // left at the last barrier): the proxy fence waits for every copy the thread
+                    // has in flight, so the next group's go out after it, during this group's
+                    // mma, not before.
+                    cp_async_wait<0>();
+                    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                    __syncthreads();
+                    stage_group(nxt, TPI - base);
+                } else {
+                    stage_group(nxt, TPI - base);
+                    // This group landed (only the next group's copies may still be on their
+                    // way).
+                    cp_async_wait<1>();
+                    __syncthreads();
+                }
+                if constexpr (WG) {
+                    // Every warpgroup computes every tile (no branch around the wgmma, which
+                    // ptxas would serialize on): a row outside the run sees no valid position in
+                    // it, and its state does not change.
+                    {
+                        const Tile a = cur[0], b = cur[1];
+                        const u32 st[2] = {stage0 + base * STAGE_BYTES,
+                                           stage0 + (base + 1) * STAGE_BYTES};
+                        const u32 vo = Layout::bytes(DIM);
+                        float sc[2][4][4];
+                        auto one = [&](int i) -> float(&)[1][4][4] {
+                            return reinterpret_cast<float(&)[1][4][4]>(sc[i]);
+                        };
+                        if (b.z >= Z) {
+                            wg_scores<KV, 1>(q_base + wg0 * 128, Q_BLOCK, st, sc);
+                            wg_finish(a, one(0), st[0] + vo, b);
+                        } else {
+                            wg_scores<KV, 2>(q_base + wg0 * 128, Q_BLOCK, st, sc);
+                            if (a.z != b.z) {
+                                wg_finish(a, one(0), st[0] + vo, b);
+                                wg_finish(b, one(1), st[1] + vo, nxt[0]);
+                            } else {
+                                int n[2][2];
+                                valid(a, n[0]);
+                                valid(b, n[1]);
+                                u32 pa[2][2][4];
+                                float corr[2][2];
+                                bool rescale[2];
+                                rows.template update<2>(sc, n, scale, pa, corr, rescale);
 #pragma unroll
-                for (int i = 0; i < TPI; ++i) stage(nxt[i], TPI - base + i);
-                cp_async_commit();
-                // This group landed (only the next group's copies may still be on their way).
-                cp_async_wait<1>();
-                __syncthreads();
-                if (mine) {
+                                for (int i = 0; i < 2; ++i) {
+                                    rows.rescale_o(corr[i], rescale[i]);
+                                    wg_values<KV>(rows.o, pa[i], st[i] + vo);
+                                }
+                                split_end(b, nxt[0]);
+                            }
+                        }
+                    }
+                } else if (mine) {
                     if constexpr (TPI == 2) {
                         const Tile a = cur[0], b = cur[1];
                         const u32 st[2] = {stage0 + base * STAGE_BYTES,
@@ -1242,6 +1403,31 @@ ATTN_PREFILL_GROUPS(bf16, __nv_bfloat16, 64)
 ATTN_PREFILL_GROUPS(bf16, __nv_bfloat16, 128)
 ATTN_PREFILL_GROUPS(f16, __half, 64)
 ATTN_PREFILL_GROUPS(f16, __half, 128)
+
+// attn_prefill_wg: attn_prefill_fold on wgmma, head dim 128, sm_90a only (elsewhere the entry is
+// empty and the host never launches it).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTN_PREFILL_WG_BODY(KV, GQ)                                                          \
+    attn_prefill_body<KV, 128, GQ, true, true>(meta, q, kv, tables, geo, heads, window, scale, \
+                                               nullptr, nullptr, out, xh, xh_wg);
+#else
+#define ATTN_PREFILL_WG_BODY(KV, GQ)
+#endif
+#define ATTN_PREFILL_WG_ENTRY(DT, KV, GQ)                                                       \
+    extern "C" __global__ void __launch_bounds__(ATTN_THREADS, 1)                               \
+        attn_prefill_wg_##DT##_d128_g##GQ(StepMeta meta, const float* q, const KV* kv,          \
+                                          const int* tables, KvGeometry geo, int heads,         \
+                                          int window, float scale, float* out, KV* xh,          \
+                                          int xh_wg) {                                          \
+        ATTN_PREFILL_WG_BODY(KV, GQ)                                                            \
+    }
+#define ATTN_PREFILL_WG_GROUPS(DT, KV)    \
+    ATTN_PREFILL_WG_ENTRY(DT, KV, 1)      \
+    ATTN_PREFILL_WG_ENTRY(DT, KV, 2)      \
+    ATTN_PREFILL_WG_ENTRY(DT, KV, 4)      \
+    ATTN_PREFILL_WG_ENTRY(DT, KV, 8)
+ATTN_PREFILL_WG_GROUPS(bf16, __nv_bfloat16)
+ATTN_PREFILL_WG_GROUPS(f16, __half)
 
 // Head dimensions compiled as constants (every loop unrolled, registers sized exactly), and a
 // general version for the others.

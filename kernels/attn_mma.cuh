@@ -49,6 +49,8 @@ struct TilePadded {
     static __device__ __forceinline__ u32 at(u32 base, int r, int d, int D) {
         return base + (u32)(r * ATTN_ROW(D) + d) * 2;
     }
+    // Bytes of a tile's keys (its values follow them where a stage holds both).
+    static __device__ __forceinline__ u32 bytes(int D) { return ATTN_TILE * ATTN_ROW(D) * 2; }
 };
 // TileSwizzled: as tensor copies land boxes of 64 dims with the 128-byte swizzle: dims
 // [64h, 64h + 64) of the tile's ATTN_TILE rows at base + h * ATTN_TILE * 128, row r's 16-byte
@@ -59,6 +61,7 @@ struct TileSwizzled {
         return base + (u32)((d >> 6) * (ATTN_TILE * 128) + r * 128 +
                             ((((d >> 3) & 7) ^ (r & 7)) << 4));
     }
+    static __device__ __forceinline__ u32 bytes(int D) { return ATTN_TILE * D * 2; }
 };
 
 // The running state of one split for the 16 rows of a warp. MAXD: the largest head dimension

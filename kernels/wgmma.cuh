@@ -4,7 +4,7 @@
 // (lab/gpu/wgmma_bits.cu, measured on the H200 2026-11-26 with B unswizzled: 0 of 36,864 outputs
 // differ over three operand distributions and chains of 1, 4 and 64 steps; the GEMM's 128-byte
 // swizzled B passes the GPU bit-identity test). Scale-d is 1 (the accumulator always adds, as
-// mma.sync's does); no transpose.
+// mma.sync's does); B K-major, except the N-major steps of attention's values.
 #pragma once
 #include "common.cuh"
 
@@ -27,6 +27,10 @@
     "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
     "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), \
     "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WGMMA_ACC16 \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
+    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+    "+f"(d[14]), "+f"(d[15])
 #define WGMMA_REGS64 \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
@@ -35,20 +39,45 @@
 #define WGMMA_REGS32 \
     "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
     "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-#define WGMMA_STEP(N, DT, W, REGS, TAIL, ACC)                                                   \
-    __device__ __forceinline__ void wgmma_n##N(float (&d)[N / 2], const u32 a[4], u64 b,      \
-                                               const W*) {                                    \
+#define WGMMA_REGS16 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15"
+#define WGMMA_STEP_AS(NAME, N, DT, W, REGS, TAIL, ACC)                                          \
+    __device__ __forceinline__ void NAME(float (&d)[N / 2], const u32 a[4], u64 b, const W*) { \
         asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #DT "." #DT " {" REGS   \
                      TAIL                                                                       \
                      : ACC                                                                      \
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));                    \
     }
-WGMMA_STEP(128, bf16, __nv_bfloat16, WGMMA_REGS64, "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n",
+WGMMA_STEP_AS(wgmma_n128, 128, bf16, __nv_bfloat16, WGMMA_REGS64, "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n",
            WGMMA_ACC64)
-WGMMA_STEP(128, f16, __half, WGMMA_REGS64, "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n", WGMMA_ACC64)
-WGMMA_STEP(64, bf16, __nv_bfloat16, WGMMA_REGS32, "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n",
+WGMMA_STEP_AS(wgmma_n128, 128, f16, __half, WGMMA_REGS64, "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n", WGMMA_ACC64)
+WGMMA_STEP_AS(wgmma_n64, 64, bf16, __nv_bfloat16, WGMMA_REGS32, "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n",
            WGMMA_ACC32)
-WGMMA_STEP(64, f16, __half, WGMMA_REGS32, "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n", WGMMA_ACC32)
+WGMMA_STEP_AS(wgmma_n64, 64, f16, __half, WGMMA_REGS32, "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n", WGMMA_ACC32)
+// Attention's scores (prompt attention on wgmma): m64 × n32 against a tile of 32 keys.
+WGMMA_STEP_AS(wgmma_n32, 32, bf16, __nv_bfloat16, WGMMA_REGS16, "}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n",
+           WGMMA_ACC16)
+WGMMA_STEP_AS(wgmma_n32, 32, f16, __half, WGMMA_REGS16, "}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n", WGMMA_ACC16)
+// The same with A from shared memory too (descriptor `a`, K-major): attention's queries.
+#define WGMMA_SS_STEP(NAME, N, DT, W, REGS, TAIL, ACC)                                          \
+    __device__ __forceinline__ void NAME(float (&d)[N / 2], u64 a, u64 b, const W*) {         \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #DT "." #DT " {" REGS   \
+                     TAIL                                                                       \
+                     : ACC                                                                      \
+                     : "l"(a), "l"(b));                                                         \
+    }
+WGMMA_SS_STEP(wgmma_ss_n32, 32, bf16, __nv_bfloat16, WGMMA_REGS16, "}, %16, %17, 1, 1, 1, 0, 0;\n",
+              WGMMA_ACC16)
+WGMMA_SS_STEP(wgmma_ss_n32, 32, f16, __half, WGMMA_REGS16, "}, %16, %17, 1, 1, 1, 0, 0;\n",
+              WGMMA_ACC16)
+// Attention's values: B N-major (imm-trans-b 1), a tile's values as they lie, [position][dim].
+WGMMA_STEP_AS(wgmma_n128_nmajor, 128, bf16, __nv_bfloat16, WGMMA_REGS64,
+              "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n", WGMMA_ACC64)
+WGMMA_STEP_AS(wgmma_n128_nmajor, 128, f16, __half, WGMMA_REGS64,
+              "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n", WGMMA_ACC64)
+WGMMA_STEP_AS(wgmma_n64_nmajor, 64, bf16, __nv_bfloat16, WGMMA_REGS32,
+              "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n", WGMMA_ACC32)
+WGMMA_STEP_AS(wgmma_n64_nmajor, 64, f16, __half, WGMMA_REGS32,
+              "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n", WGMMA_ACC32)
 
 // The descriptor of a K-major operand in the 128-byte swizzle layout at `addr` (inside a 1 KiB
 // aligned atom of 8 rows × 128 bytes; the k16 step s of the row starts at atom + 32 s): rows
@@ -56,6 +85,14 @@ WGMMA_STEP(64, f16, __half, WGMMA_REGS32, "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0
 __device__ __forceinline__ u64 wgmma_desc_sw128(u32 addr) {
     return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) |
            ((u64)1 << 62);
+}
+
+// The descriptor of an N-major B operand in the 128-byte swizzle layout at `addr` (1 KiB aligned
+// atoms of 8 k-rows × 64 n-elements, 128 bytes per k-row): 8-row groups of k `k8` bytes apart
+// (stride offset), 64-element blocks of n `n64` bytes apart (leading offset).
+__device__ __forceinline__ u64 wgmma_desc_sw128_nmajor(u32 addr, u32 n64, u32 k8) {
+    return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((n64 & 0x3FFFF) >> 4) << 16) |
+           ((u64)((k8 & 0x3FFFF) >> 4) << 32) | ((u64)1 << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() {

@@ -518,6 +518,13 @@ fn kernel_variants_give_identical_bits() {
                 KernelTuning::default(),
             ),
             (
+                "the default variants with the prompt attention's fold on wgmma (Hopper)",
+                KernelTuning {
+                    prefill_wgmma: true,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
                 "tiled weights + deep projections + serial attention + L2 prefetch",
                 KernelTuning {
                     deep_n1_blocks_per_sm: 1 << 20,

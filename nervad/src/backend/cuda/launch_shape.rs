@@ -22,6 +22,12 @@ pub(super) fn attn_prefill_shared(head_dim: usize, fold: bool) -> u32 {
     let stages = if fold { 4 } else { 2 };
     ((ATTN_PREFILL_ROWS + stages * 2 * ATTN_TILE) * (head_dim + 8) * 2) as u32
 }
+/// Dynamic shared memory of an attn_prefill_wg block (head dim 128): from the first 1 KiB
+/// boundary (the swizzle's period), the rows' queries and two stages of two tiles, keys and
+/// values, in rows of 128 dims without padding (attention.cu's TileSwizzled).
+pub(super) fn attn_prefill_wg_shared() -> u32 {
+    (1024 + (ATTN_PREFILL_ROWS + 4 * 2 * ATTN_TILE) * 128 * 2) as u32
+}
 /// Dynamic shared memory of an attn_decode_serial block: one tile (keys and values) for each
 /// computing warp, rows sized for the kernel's largest head dim (attention.cu's
 /// ATTN_SERIAL_WARPS and ATTN_MAXD) of `threads`: every warp of the block up to head dim 128,
@@ -807,6 +813,7 @@ mod tests {
         // two blocks fit an SM on sm_80+); the fold's four (102 KiB, one block per SM).
         assert_eq!(attn_prefill_shared(128, false), (128 + 128) * 136 * 2);
         assert_eq!(attn_prefill_shared(128, true), (128 + 256) * 136 * 2);
+        assert_eq!(attn_prefill_wg_shared(), 1024 + 32 * 1024 + 64 * 1024);
         // One tile per computing warp (all of the block's up to head dim 128, half past it;
         // the general kernel is sized for 128), keys and values each in whole KiB: about 145
         // KiB for 8 warps, so the block fits beside its static shared memory on sm_80+, and

@@ -42,7 +42,7 @@ use step_ledger::{CounterMark, DeviceClock};
 
 use launch_shape::{
     ATTN_GENERAL_DIM, ATTN_PREFILL_ROWS, ATTN_SERIAL_PAIR_THREADS, ATTN_SPLITS, ATTN_THREADS,
-    attn_prefill_shared, attn_serial_shared, prefill_split_blocks,
+    attn_prefill_shared, attn_prefill_wg_shared, attn_serial_shared, prefill_split_blocks,
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
@@ -247,6 +247,8 @@ struct Kernels {
     /// attn_prefill with every split of a block's rows folded into their merge in the block
     /// (no partials, no attn_combine), where attn_prefill is built.
     attn_prefill_fold: Option<Kernel>,
+    /// attn_prefill_fold on wgmma (head dim 128, sm_90a; `KernelTuning::prefill_wgmma`).
+    attn_prefill_wg: Option<Kernel>,
     prepare: Kernel,
     sample: Kernel,
     read_bandwidth: Kernel,
@@ -1271,6 +1273,9 @@ impl CudaBackend {
                     if matches!(c.head_dim, 64 | 128) && matches!(group, 1 | 2 | 4 | 8) {
                         names.push(format!("attn_prefill_{dt}_d{}_g{group}", c.head_dim));
                         names.push(format!("attn_prefill_fold_{dt}_d{}_g{group}", c.head_dim));
+                        if c.head_dim == 128 {
+                            names.push(format!("attn_prefill_wg_{dt}_d128_g{group}"));
+                        }
                     }
                     names
                 }
@@ -1308,6 +1313,7 @@ impl CudaBackend {
             attn_decode_serial_pair: module_kernels[3][5],
             attn_prefill: module_kernels[3].get(6).copied(),
             attn_prefill_fold: module_kernels[3].get(7).copied(),
+            attn_prefill_wg: module_kernels[3].get(8).copied(),
             prepare: module_kernels[4][0],
             sample: module_kernels[4][1],
             read_bandwidth: module_kernels[5][0],
@@ -1399,6 +1405,23 @@ impl CudaBackend {
                 }
             }
         }
+        // attn_prefill_wg: sm_90a code (compute capability 9.0 only), beside the fold it
+        // replaces; where the device refuses its shared memory, the fold runs its launches.
+        tuning.prefill_wgmma &= arch == 90 && k.attn_prefill_fold.is_some();
+        k.attn_prefill_wg = match k.attn_prefill_wg.filter(|_| tuning.prefill_wgmma) {
+            Some(kw) => match gpu.with_dynamic_shared(kw, attn_prefill_wg_shared()) {
+                Ok(kw) => Some(kw),
+                Err(e) => {
+                    tracing::warn!(
+                        arch,
+                        "attn_prefill_wg cannot run ({e}); attn_prefill_fold does"
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        tuning.prefill_wgmma = k.attn_prefill_wg.is_some();
         // attn_decode_serial streams each warp's tiles through one tile of dynamic shared
         // memory; where the device refuses, the split blocks (attn_decode) run its launches, and
         // where it refuses the pair shape, the 8-warp blocks run those (the same bits).
@@ -2362,25 +2385,26 @@ impl CudaBackend {
         if let Some(kf) = self.k.attn_prefill_fold.filter(|_| {
             self.tuning.prefill_attention && self.tuning.prefill_fold_from.is_some_and(|n| t >= n)
         }) {
+            // On wgmma where it is built (the same signature, grid and bits).
+            let kf = self.k.attn_prefill_wg.unwrap_or(kf);
             let groups = t.div_ceil(tokens_per_block);
             let (xh, xh_wg) = self.half_rows(half, off);
+            let args = args
+                .arg(&window)
+                .arg(&scale)
+                .arg(&attn)
+                .arg(&xh)
+                .arg(&xh_wg);
             // SAFETY: attn_prefill_fold_*(StepMeta, const float* q, const KV* kv,
             // const int* tables, KvGeometry, int heads, int window, float scale, float* out,
-            // KV* xh, int xh_wg) over blocks of ATTN_PREFILL_ROWS / group tokens (the kernel
-            // loaded for this model's group size), one block per group and kv head: out holds
-            // max_step_tokens × q_dim floats from row off, xh (null or in xb) as many 16-bit
-            // values; reads stay within positions the block tables cover.
+            // KV* xh, int xh_wg), or attn_prefill_wg_* (the same), over blocks of
+            // ATTN_PREFILL_ROWS / group tokens (the kernel loaded for this model's group size),
+            // one block per group and kv head: out holds max_step_tokens × q_dim floats from row
+            // off, xh (null or in xb) as many 16-bit values; reads stay within positions the
+            // block tables cover.
             return unsafe {
-                self.gpu.launch(
-                    kf,
-                    (groups as u32, kv_heads as u32, 1),
-                    ATTN_THREADS,
-                    args.arg(&window)
-                        .arg(&scale)
-                        .arg(&attn)
-                        .arg(&xh)
-                        .arg(&xh_wg),
-                )
+                self.gpu
+                    .launch(kf, (groups as u32, kv_heads as u32, 1), ATTN_THREADS, args)
             };
         }
         let (kernel, grid, args) = match self.k.attn_prefill {

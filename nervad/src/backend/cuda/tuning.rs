@@ -80,6 +80,15 @@ pub struct KernelTuning {
     /// keep the splits spread over several blocks per token group (parallelism for short
     /// prompts). The same bits either way.
     pub prefill_fold_from: Option<usize>,
+    /// `attn_prefill_fold` runs on Hopper's warpgroup MMA (`attn_prefill_wg`, sm_90a, head dim
+    /// 128: each warpgroup's scores and values as wgmma over tiles staged with the 128-byte
+    /// swizzle; the same chains, softmax and bits) where the device is compute capability 9.0.
+    /// Off: measured (2026-11-27 twenty-fifth session, H200, qwen3-8b, ncu at the card's clocks)
+    /// 289–293 µs per launch over a 2,048-token prompt either way and 40.5–41.5 → 41.8–43.1 over
+    /// 512 (274–277 at 2,048 before the proxy fence that the tensor cores' reads of cp.async
+    /// data need); whole prompts within 1%. The fold is bound by its softmax, fold and staging
+    /// instructions and its barriers, not by its products.
+    pub prefill_wgmma: bool,
     /// In steps that mix decode tokens with prompt chunks, the decode tokens' attention runs
     /// through the decode kernels (as in decode-only steps) and only the prompt rows through
     /// rope_append, attn_prefill and attn_combine. Off, attn_prefill takes every row, and its
@@ -194,6 +203,7 @@ impl Default for KernelTuning {
             gemm_min_k: 4096,
             prefill_attention: true,
             prefill_fold_from: Some(1),
+            prefill_wgmma: false,
             mixed_decode_attention: true,
             wgmma: true,
             wg_specialized: false,
@@ -227,6 +237,7 @@ impl KernelTuning {
             gemm_min_k: 0,
             prefill_attention: false,
             prefill_fold_from: None,
+            prefill_wgmma: false,
             mixed_decode_attention: false,
             wgmma: false,
             wg_specialized: false,
@@ -245,7 +256,7 @@ impl KernelTuning {
     /// `NERVA_MMA_GEMM=<tokens>`, `NERVA_MMA_GEMM_NARROW=1`, `NERVA_MMA_GEMM_SPLIT=<1, 4, 8;
     /// 0 auto>`, `NERVA_MMA_GEMM_TAIL=<0 off, 1 waves of the SMs, n > 1 waves of n tiles>`,
     /// `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`,
-    /// `NERVA_ATTN_FOLD=<tokens>`, `NERVA_ATTN_MIXED=1`,
+    /// `NERVA_ATTN_FOLD=<tokens>`, `NERVA_ATTN_WGMMA=1`, `NERVA_ATTN_MIXED=1`,
     /// `NERVA_WGMMA=1`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
     /// `NERVA_WG_STREAM_BLOCKS=<blocks>` applied (`0` turns a variant off;
@@ -298,6 +309,7 @@ impl KernelTuning {
             gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
             prefill_fold_from: from("NERVA_ATTN_FOLD", d.prefill_fold_from),
+            prefill_wgmma: var("NERVA_ATTN_WGMMA").map_or(d.prefill_wgmma, |v| v != 0),
             mixed_decode_attention: var("NERVA_ATTN_MIXED")
                 .map_or(d.mixed_decode_attention, |v| v != 0),
             wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),

@@ -721,7 +721,10 @@ __device__ __forceinline__ void attn_prefill_body(
             for (int h = 0; h < 2; ++h)
                 n[h] = js[h] >= r0 && js[h] < r1 ? span[js[h]] - t.s * ATTN_TILE : 0;
         };
-        // Tile t (staged in `slot`) from its raw scores: softmax, values, and the split's end.
+        // Where the values of the tile staged in `slot` lie.
+        auto values_at = [&](int slot) { return stage0 + slot * STAGE_BYTES + Layout::bytes(DIM); };
+        // Tile t (staged in `slot`) from its raw scores: softmax, values (WG: on wgmma), and the
+        // split's end.
         auto finish = [&](Tile t, float (&sc)[1][4][4], int slot, Tile after) {
             int n[1][2];
             valid(t, n[0]);
@@ -730,19 +733,10 @@ __device__ __forceinline__ void attn_prefill_body(
             bool rescale[1];
             rows.template update<1>(sc, n, scale, pa, corr, rescale);
             rows.rescale_o(corr[0], rescale[0]);
-            rows.values(stage0 + slot * STAGE_BYTES + ATTN_TILE * ROW * 2, DIM, pa[0]);
-            split_end(t, after);
-        };
-        // The same on wgmma (WG): tile t's values at v.
-        auto wg_finish = [&](Tile t, float (&sc)[1][4][4], u32 v, Tile after) {
-            int n[1][2];
-            valid(t, n[0]);
-            u32 pa[1][2][4];
-            float corr[1][2];
-            bool rescale[1];
-            rows.template update<1>(sc, n, scale, pa, corr, rescale);
-            rows.rescale_o(corr[0], rescale[0]);
-            if constexpr (WG) wg_values<KV>(rows.o, pa[0], v);
+            if constexpr (WG)
+                wg_values<KV>(rows.o, pa[0], values_at(slot));
+            else
+                rows.values(values_at(slot), DIM, pa[0]);
             split_end(t, after);
         };
         // The run's tiles TPI at a time (a group), each group staged while the one before
@@ -790,19 +784,18 @@ __device__ __forceinline__ void attn_prefill_body(
                         const Tile a = cur[0], b = cur[1];
                         const u32 st[2] = {stage0 + base * STAGE_BYTES,
                                            stage0 + (base + 1) * STAGE_BYTES};
-                        const u32 vo = Layout::bytes(DIM);
                         float sc[2][4][4];
                         auto one = [&](int i) -> float(&)[1][4][4] {
                             return reinterpret_cast<float(&)[1][4][4]>(sc[i]);
                         };
                         if (b.z >= Z) {
                             wg_scores<KV, 1>(q_base + wg0 * 128, Q_BLOCK, st, sc);
-                            wg_finish(a, one(0), st[0] + vo, b);
+                            finish(a, one(0), base, b);
                         } else {
                             wg_scores<KV, 2>(q_base + wg0 * 128, Q_BLOCK, st, sc);
                             if (a.z != b.z) {
-                                wg_finish(a, one(0), st[0] + vo, b);
-                                wg_finish(b, one(1), st[1] + vo, nxt[0]);
+                                finish(a, one(0), base, b);
+                                finish(b, one(1), base + 1, nxt[0]);
                             } else {
                                 int n[2][2];
                                 valid(a, n[0]);
@@ -814,7 +807,7 @@ __device__ __forceinline__ void attn_prefill_body(
 #pragma unroll
                                 for (int i = 0; i < 2; ++i) {
                                     rows.rescale_o(corr[i], rescale[i]);
-                                    wg_values<KV>(rows.o, pa[i], st[i] + vo);
+                                    wg_values<KV>(rows.o, pa[i], values_at(base + i));
                                 }
                                 split_end(b, nxt[0]);
                             }

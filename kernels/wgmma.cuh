@@ -8,7 +8,7 @@
 #pragma once
 #include "common.cuh"
 
-// One m64 × N × k16 step, N = 128 (64 accumulators per thread) or 64 (32), per dtype.
+// One m64 × N × k16 step, N = 128 (64 accumulators per thread), 64 (32) or 32 (16), per dtype.
 #define WGMMA_ACC64 \
     "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), \
     "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
@@ -47,17 +47,22 @@
                      : ACC                                                                      \
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));                    \
     }
-WGMMA_STEP_AS(wgmma_n128, 128, bf16, __nv_bfloat16, WGMMA_REGS64, "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n",
-           WGMMA_ACC64)
-WGMMA_STEP_AS(wgmma_n128, 128, f16, __half, WGMMA_REGS64, "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n", WGMMA_ACC64)
-WGMMA_STEP_AS(wgmma_n64, 64, bf16, __nv_bfloat16, WGMMA_REGS32, "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n",
-           WGMMA_ACC32)
-WGMMA_STEP_AS(wgmma_n64, 64, f16, __half, WGMMA_REGS32, "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n", WGMMA_ACC32)
-// Attention's scores (prompt attention on wgmma): m64 × n32 against a tile of 32 keys.
-WGMMA_STEP_AS(wgmma_n32, 32, bf16, __nv_bfloat16, WGMMA_REGS16, "}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n",
-           WGMMA_ACC16)
-WGMMA_STEP_AS(wgmma_n32, 32, f16, __half, WGMMA_REGS16, "}, {%16,%17,%18,%19}, %20, 1, 1, 1, 0;\n", WGMMA_ACC16)
-// The same with A from shared memory too (descriptor `a`, K-major): attention's queries.
+WGMMA_STEP_AS(wgmma_n128, 128, bf16, __nv_bfloat16, WGMMA_REGS64,
+              "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n", WGMMA_ACC64)
+WGMMA_STEP_AS(wgmma_n128, 128, f16, __half, WGMMA_REGS64,
+              "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 0;\n", WGMMA_ACC64)
+WGMMA_STEP_AS(wgmma_n64, 64, bf16, __nv_bfloat16, WGMMA_REGS32,
+              "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n", WGMMA_ACC32)
+WGMMA_STEP_AS(wgmma_n64, 64, f16, __half, WGMMA_REGS32,
+              "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 0;\n", WGMMA_ACC32)
+// Attention's values (attn_prefill_wg): B N-major (imm-trans-b 1), a tile's values as they lie,
+// [position][dim], half of the head dims per step.
+WGMMA_STEP_AS(wgmma_n64_nmajor, 64, bf16, __nv_bfloat16, WGMMA_REGS32,
+              "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n", WGMMA_ACC32)
+WGMMA_STEP_AS(wgmma_n64_nmajor, 64, f16, __half, WGMMA_REGS32,
+              "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n", WGMMA_ACC32)
+// Attention's scores (attn_prefill_wg): m64 × n32 against a tile of 32 keys, A from shared memory
+// too (descriptor `a`, K-major: the queries).
 #define WGMMA_SS_STEP(NAME, N, DT, W, REGS, TAIL, ACC)                                          \
     __device__ __forceinline__ void NAME(float (&d)[N / 2], u64 a, u64 b, const W*) {         \
         asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #DT "." #DT " {" REGS   \
@@ -69,15 +74,6 @@ WGMMA_SS_STEP(wgmma_ss_n32, 32, bf16, __nv_bfloat16, WGMMA_REGS16, "}, %16, %17,
               WGMMA_ACC16)
 WGMMA_SS_STEP(wgmma_ss_n32, 32, f16, __half, WGMMA_REGS16, "}, %16, %17, 1, 1, 1, 0, 0;\n",
               WGMMA_ACC16)
-// Attention's values: B N-major (imm-trans-b 1), a tile's values as they lie, [position][dim].
-WGMMA_STEP_AS(wgmma_n128_nmajor, 128, bf16, __nv_bfloat16, WGMMA_REGS64,
-              "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n", WGMMA_ACC64)
-WGMMA_STEP_AS(wgmma_n128_nmajor, 128, f16, __half, WGMMA_REGS64,
-              "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n", WGMMA_ACC64)
-WGMMA_STEP_AS(wgmma_n64_nmajor, 64, bf16, __nv_bfloat16, WGMMA_REGS32,
-              "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n", WGMMA_ACC32)
-WGMMA_STEP_AS(wgmma_n64_nmajor, 64, f16, __half, WGMMA_REGS32,
-              "}, {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n", WGMMA_ACC32)
 
 // The descriptor of a K-major operand in the 128-byte swizzle layout at `addr` (inside a 1 KiB
 // aligned atom of 8 rows × 128 bytes; the k16 step s of the row starts at atom + 32 s): rows

@@ -535,6 +535,12 @@ __device__ __forceinline__ void wg_values(float (&o)[16][4], const u32 (&pa)[2][
     wgmma_hold(d[1]);
 }
 
+// A tile count as a type (attn_prefill_body's generic lambdas take it).
+template <int N>
+struct Tiles {
+    static constexpr int n = N;
+};
+
 // T where B, else F (NVRTC has no <type_traits>).
 template <bool B, typename T, typename F>
 struct Pick {
@@ -722,9 +728,29 @@ __device__ __forceinline__ void attn_prefill_body(
                 n[h] = js[h] >= r0 && js[h] < r1 ? span[js[h]] - t.s * ATTN_TILE : 0;
         };
         // Where the values of the tile staged in `slot` lie.
-        auto values_at = [&](int slot) { return stage0 + slot * STAGE_BYTES + Layout::bytes(DIM); };
-        // Tile t (staged in `slot`) from its raw scores: softmax, values (WG: on wgmma), and the
-        // split's end.
+        // o += P · V for the tile staged in `slot` (WG: on wgmma).
+        auto values = [&](int slot, const u32 (&pa)[2][4]) {
+            const u32 v = stage0 + slot * STAGE_BYTES + Layout::bytes(DIM);
+            if constexpr (WG)
+                wg_values<KV>(rows.o, pa, v);
+            else
+                rows.values(v, DIM, pa);
+        };
+        // The raw scores of the N tiles staged in `st` (Tiles<N>), for the warp's rows (WG: the
+        // warpgroup's), into sc[0 .. N-1].
+        auto scores = [&](auto tiles, const u32 (&st)[2], float (&sc)[2][4][4]) {
+            constexpr int N = decltype(tiles)::n;
+            if constexpr (WG) {
+                wg_scores<KV, N>(q_base + wg0 * 128, Q_BLOCK, st, sc);
+            } else if constexpr (N == 1) {
+                const u32 k1[1] = {st[0]};
+                rows.template raw_scores<1>(q_rows, k1, DIM,
+                                            reinterpret_cast<float(&)[1][4][4]>(sc[0]));
+            } else {
+                rows.template raw_scores<2>(q_rows, st, DIM, sc);
+            }
+        };
+        // Tile t (staged in `slot`) from its raw scores: softmax, values, and the split's end.
         auto finish = [&](Tile t, float (&sc)[1][4][4], int slot, Tile after) {
             int n[1][2];
             valid(t, n[0]);
@@ -733,10 +759,7 @@ __device__ __forceinline__ void attn_prefill_body(
             bool rescale[1];
             rows.template update<1>(sc, n, scale, pa, corr, rescale);
             rows.rescale_o(corr[0], rescale[0]);
-            if constexpr (WG)
-                wg_values<KV>(rows.o, pa[0], values_at(slot));
-            else
-                rows.values(values_at(slot), DIM, pa[0]);
+            values(slot, pa[0]);
             split_end(t, after);
         };
         // The run's tiles TPI at a time (a group), each group staged while the one before
@@ -776,11 +799,11 @@ __device__ __forceinline__ void attn_prefill_body(
                     cp_async_wait<1>();
                     __syncthreads();
                 }
-                if constexpr (WG) {
-                    // Every warpgroup computes every tile (no branch around the wgmma, which
-                    // ptxas would serialize on): a row outside the run sees no valid position in
-                    // it, and its state does not change.
-                    {
+                // WG: every warpgroup computes every tile (no branch around the wgmma, which
+                // ptxas would serialize on): a row outside the run sees no valid position in it,
+                // and its state does not change.
+                if (WG || mine) {
+                    if constexpr (TPI == 2) {
                         const Tile a = cur[0], b = cur[1];
                         const u32 st[2] = {stage0 + base * STAGE_BYTES,
                                            stage0 + (base + 1) * STAGE_BYTES};
@@ -789,50 +812,15 @@ __device__ __forceinline__ void attn_prefill_body(
                             return reinterpret_cast<float(&)[1][4][4]>(sc[i]);
                         };
                         if (b.z >= Z) {
-                            wg_scores<KV, 1>(q_base + wg0 * 128, Q_BLOCK, st, sc);
+                            scores(Tiles<1>{}, st, sc);
                             finish(a, one(0), base, b);
-                        } else {
-                            wg_scores<KV, 2>(q_base + wg0 * 128, Q_BLOCK, st, sc);
-                            if (a.z != b.z) {
-                                finish(a, one(0), base, b);
-                                finish(b, one(1), base + 1, nxt[0]);
-                            } else {
-                                int n[2][2];
-                                valid(a, n[0]);
-                                valid(b, n[1]);
-                                u32 pa[2][2][4];
-                                float corr[2][2];
-                                bool rescale[2];
-                                rows.template update<2>(sc, n, scale, pa, corr, rescale);
-#pragma unroll
-                                for (int i = 0; i < 2; ++i) {
-                                    rows.rescale_o(corr[i], rescale[i]);
-                                    wg_values<KV>(rows.o, pa[i], values_at(base + i));
-                                }
-                                split_end(b, nxt[0]);
-                            }
-                        }
-                    }
-                } else if (mine) {
-                    if constexpr (TPI == 2) {
-                        const Tile a = cur[0], b = cur[1];
-                        const u32 st[2] = {stage0 + base * STAGE_BYTES,
-                                           stage0 + (base + 1) * STAGE_BYTES};
-                        if (b.z >= Z) {
-                            float sc[1][4][4];
-                            const u32 k1[1] = {st[0]};
-                            rows.template raw_scores<1>(q_rows, k1, DIM, sc);
-                            finish(a, sc, base, b);
                         } else if (a.z != b.z) {
                             // Two splits: the scores side by side, then one after the other.
-                            float sc[2][1][4][4];
-                            rows.template raw_scores<2>(
-                                q_rows, st, DIM, reinterpret_cast<float(&)[2][4][4]>(sc));
-                            finish(a, sc[0], base, b);
-                            finish(b, sc[1], base + 1, nxt[0]);
+                            scores(Tiles<2>{}, st, sc);
+                            finish(a, one(0), base, b);
+                            finish(b, one(1), base + 1, nxt[0]);
                         } else {
-                            float sc[2][4][4];
-                            rows.template raw_scores<2>(q_rows, st, DIM, sc);
+                            scores(Tiles<2>{}, st, sc);
                             int n[2][2];
                             valid(a, n[0]);
                             valid(b, n[1]);
@@ -843,7 +831,7 @@ __device__ __forceinline__ void attn_prefill_body(
 #pragma unroll
                             for (int i = 0; i < 2; ++i) {
                                 rows.rescale_o(corr[i], rescale[i]);
-                                rows.values(st[i] + ATTN_TILE * ROW * 2, DIM, pa[i]);
+                                values(base + i, pa[i]);
                             }
                             split_end(b, nxt[0]);
                         }

@@ -59,7 +59,9 @@
 // weights in flight per warp and three blocks per SM (registers ≤ 85), so that e.g. qwen3-8b's
 // 384 q|k|v blocks run in one wave. Measured on the H100: 22.7 µs for that projection, against
 // 27.8 µs with three groups in flight and fewer blocks per SM.
+#ifndef MMA_N1_DEPTH
 #define MMA_N1_DEPTH 2
+#endif
 // More tokens: two blocks per SM (registers ≤ 128) so one block's loads overlap the other's mma.
 #define MMA_MIN_BLOCKS(NT, MT, DEEP) ((NT) * (MT) == 1 && !(DEEP) ? 3 : 2)
 // The deep one-n-tile variant (n1d): for projections with too few 16-row blocks to give every SM
@@ -67,7 +69,25 @@
 // achieved occupancy against the GEMV's 48%), four groups in flight per warp and two blocks per
 // SM (registers ≤ 128) keep as many bytes in flight as three shallow blocks would. Same
 // arithmetic as n1: only how far ahead the loads run differs.
+#ifndef MMA_DEEP_DEPTH
 #define MMA_DEEP_DEPTH 4
+#endif
+// The weight ring (n1r, n1dr, n1hr: n1, n1d, n1h with `KernelTuning::weight_ring`): each
+// warp's next MMA_RING groups of weights (MMA_RING_DEEP for n1dr) stream into shared memory by
+// cp.async (2 KiB per warp and group, the launch's dynamic shared memory) instead of DEPTH
+// groups waiting in registers. Copies need no registers, so more bytes can be in flight per SM,
+// and a block asks for its first groups before it waits for the previous kernel, which keeps
+// memory busy across the kernel boundary. Each lane copies and reads back only its own 16-byte
+// chunks, the ones load_weights would give it: the same operands, the same bits. Off by default
+// (measured: BENCHMARKS.md, 2026-11-28 twenty-sixth session). The depths here, as the ones above,
+// can be set with -D for experiments (NERVA_KERNEL_DEFINES); the host's MMA_RING_SHARED and
+// MMA_RING_DEEP_SHARED must then follow.
+#ifndef MMA_RING
+#define MMA_RING 3
+#endif
+#ifndef MMA_RING_DEEP
+#define MMA_RING_DEEP 4
+#endif
 
 enum { MIN_RMS = 0, MIN_PLAIN = 1, MIN_HALF = 2 };
 enum { MEPI_STORE = 0, MEPI_ADD = 1, MEPI_GLU = 2 };
@@ -106,43 +126,52 @@ __device__ __forceinline__ uint4 load_xhat(const float* __restrict__ x, int x_st
     return pack8<W>(v);
 }
 
+// 16 bytes of shared memory at `addr`.
+__device__ __forceinline__ uint4 lds128(u32 addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(addr));
+    return v;
+}
+
+// Where the 16 bytes of chunk q (A, B) of row g + 8 h of 16-row tile m of group kb lie for
+// lane (g, c), and whether they exist (else: zeros). load_weights's addresses, for the ring.
+template <typename W>
+__device__ __forceinline__ const W* weight_chunk(const W* __restrict__ w, int row0, int R, int K,
+                                                 int kb, int g, int c, int m, int h, int q,
+                                                 bool& inside) {
+#if MMA_TILED
+    const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+    inside = row0 + 16 * m < R;
+    return w + ((size_t)(row0 / 16 + m) * groups + kb / MMA_GROUP) * 4 * 256 + (g * 4 + c) * 8 +
+           (h * 2 + q) * 256;
+#else
+    const int row = row0 + 16 * m + 8 * h + g, k = kb + 32 * q + 8 * c;
+    inside = row < R && k < K;
+    return w + (size_t)row * K + k;
+#endif
+}
+
 // The weights of one group for MT 16-row tiles: [tile][0: row g, 1: row g + 8][chunk A, B].
 template <typename W, int MT>
 __device__ __forceinline__ void load_weights(const W* __restrict__ w, int row0, int R, int K,
                                              int kb, int g, int c, uint4 out[MT][2][2]) {
-#if MMA_TILED
-    // Tile (row0 / 16 + m), group kb / 64: chunks [h][q][lane] of 16 bytes; rows are padded to
-    // 16 and columns to 64 with zeros, so only a tile past the matrix is skipped.
-    const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
-    const int lane = g * 4 + c;
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-        const bool inside = row0 + 16 * m < R;
-        const W* tile = w + ((size_t)(row0 / 16 + m) * groups + kb / MMA_GROUP) * 4 * 256 + lane * 8;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int q = 0; q < 2; ++q)
-                out[m][h][q] = inside ? load_stream(tile + (h * 2 + q) * 256)
-                                      : make_uint4(0, 0, 0, 0);
-    }
-#else
+    // Tiled: tile (row0 / 16 + m), group kb / 64: chunks [h][q][lane] of 16 bytes; rows are
+    // padded to 16 and columns to 64 with zeros, so only a tile past the matrix is skipped.
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = row0 + 16 * m + 8 * h + g;
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
-                const int k = kb + 32 * q + 8 * c;
-                out[m][h][q] = (row < R && k < K) ? load_stream(w + (size_t)row * K + k)
-                                                  : make_uint4(0, 0, 0, 0);
+                bool inside;
+                const W* src = weight_chunk(w, row0, R, K, kb, g, c, m, h, q, inside);
+                out[m][h][q] = inside ? load_stream(src) : make_uint4(0, 0, 0, 0);
             }
-        }
-#endif
 }
 
-template <typename W, int NT, int MT, int IN, int EPI, int DEEP, int SPLIT>
+template <typename W, int NT, int MT, int IN, int EPI, int DEEP, int SPLIT, int RING>
 __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* __restrict__ bias,
                                          const float* __restrict__ x, int x_stride,
                                          const W* __restrict__ xh, const int* __restrict__ x_rows,
@@ -171,15 +200,43 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     const int row0 = (blockIdx.x / token_tiles) * ROWS;
     const int first = (blockIdx.x % token_tiles) * TT;
     const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+    // The weight ring (RING groups per warp, 0: none): this warp's slots [slot][h * 2 + q][lane]
+    // of 16 bytes.
+    static_assert(RING == 0 || (MT * NT == 1 && !SPLIT), "the ring serves one n-tile");
+    extern __shared__ __align__(16) uint4 mma_ring[];
+    if (RING) {
+        u32 dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < MMA_WARPS * RING * 2048) __trap();  // launched without its ring: a host bug
+    }
+    const u32 my_ring = (u32)__cvta_generic_to_shared(mma_ring) + (warp * RING * 128 + lane) * 16;
+    // Ring slot `slot` ← group gi (zeros past the matrix), one commit group per weight group.
+    auto ring_fill = [&](int slot, int gi) {
+        if (gi < groups) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                bool inside;
+                const W* src =
+                    weight_chunk(w, row0, R, K, gi * MMA_GROUP, g, c, 0, j >> 1, j & 1, inside);
+                cp_async16(my_ring + (slot * 4 + j) * 512, inside ? src : w, inside);
+            }
+        }
+        cp_async_commit();
+    };
 
     for (int t0 = first; t0 < T; t0 += TT * token_tiles) {
         // The first groups' weights do not depend on the previous kernel: their loads go out
         // before the prologue.
         uint4 wr[DEPTH][MT][2][2];
+        if (RING) {
 #pragma unroll
-        for (int d = 0; d < DEPTH; ++d) {
-            const int gi = warp + d * MMA_WARPS;
-            if (gi < groups) load_weights<W, MT>(w, row0, R, K, gi * MMA_GROUP, g, c, wr[d]);
+            for (int d = 0; d < RING; ++d) ring_fill(d, warp + d * MMA_WARPS);
+        } else {
+#pragma unroll
+            for (int d = 0; d < DEPTH; ++d) {
+                const int gi = warp + d * MMA_WARPS;
+                if (gi < groups) load_weights<W, MT>(w, row0, R, K, gi * MMA_GROUP, g, c, wr[d]);
+            }
         }
         // Weights only until the previous kernel is done: these loads overlap its drain.
         if (t0 == first) pdl_enter();
@@ -210,39 +267,59 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
             inv[n] = IN == MIN_RMS ? inv_s[i] : 1.f;
         }
 
-        // Groups warp, warp + 8, ... in order; slot d of the ring holds group gi + 8 d and is
-        // refilled DEPTH groups ahead as soon as its mma are issued.
-        for (int base = warp; base < groups; base += MMA_WARPS * DEPTH) {
+        // Group kb's products with weights `wg`, into acc.
+        auto group_mma = [&](const uint4 (&wg)[MT][2][2], int kb) {
 #pragma unroll
-            for (int d = 0; d < DEPTH; ++d) {
-                const int gi = base + d * MMA_WARPS;
-                if (gi >= groups) break;
-                const int kb = gi * MMA_GROUP;
+            for (int n = 0; n < NT; ++n) {
+                uint4 xb[2];
 #pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    uint4 xb[2];
+                for (int q = 0; q < 2; ++q)
+                    xb[q] = tok[n] >= 0
+                                ? load_xhat<W, IN>(x, x_stride, xh, tok[n], t0 + 8 * n + g,
+                                                   kb + 32 * q + 8 * c, K, norm_w, inv[n])
+                                : make_uint4(0, 0, 0, 0);
+                const u32* bw = reinterpret_cast<const u32*>(xb);
 #pragma unroll
-                    for (int q = 0; q < 2; ++q)
-                        xb[q] = tok[n] >= 0
-                                    ? load_xhat<W, IN>(x, x_stride, xh, tok[n], t0 + 8 * n + g,
-                                                       kb + 32 * q + 8 * c, K, norm_w, inv[n])
-                                    : make_uint4(0, 0, 0, 0);
-                    const u32* bw = reinterpret_cast<const u32*>(xb);
+                for (int m = 0; m < MT; ++m) {
+                    const u32* lo = reinterpret_cast<const u32*>(wg[m][0]);
+                    const u32* hi = reinterpret_cast<const u32*>(wg[m][1]);
 #pragma unroll
-                    for (int m = 0; m < MT; ++m) {
-                        const u32* lo = reinterpret_cast<const u32*>(wr[d][m][0]);
-                        const u32* hi = reinterpret_cast<const u32*>(wr[d][m][1]);
-#pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            // Elements 4j .. 4j+3 of the thread's 16: words 2j, 2j + 1.
-                            const u32 a[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1]};
-                            mma_16816(acc[m][n], a, bw[2 * j], bw[2 * j + 1], w);
-                        }
+                    for (int j = 0; j < 4; ++j) {
+                        // Elements 4j .. 4j+3 of the thread's 16: words 2j, 2j + 1.
+                        const u32 a[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1]};
+                        mma_16816(acc[m][n], a, bw[2 * j], bw[2 * j + 1], w);
                     }
                 }
-                const int ahead = gi + DEPTH * MMA_WARPS;
-                if (ahead < groups)
-                    load_weights<W, MT>(w, row0, R, K, ahead * MMA_GROUP, g, c, wr[d]);
+            }
+        };
+        if (RING) {
+            // Groups warp, warp + 8, ... in order: the group waits in its slot until its copies
+            // landed (RING - 1 younger commit groups may still be in flight), is read back into
+            // registers, and the slot is refilled RING groups ahead once its mma have read
+            // those registers.
+            for (int slot = 0, gi = warp; gi < groups; gi += MMA_WARPS) {
+                cp_async_wait<(RING > 0 ? RING - 1 : 0)>();
+                uint4 wg[MT][2][2];
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    wg[0][j >> 1][j & 1] = lds128(my_ring + (slot * 4 + j) * 512);
+                group_mma(wg, gi * MMA_GROUP);
+                ring_fill(slot, gi + RING * MMA_WARPS);
+                slot = slot + 1 == RING ? 0 : slot + 1;
+            }
+        } else {
+            // Groups warp, warp + 8, ... in order; slot d of the ring holds group gi + 8 d and
+            // is refilled DEPTH groups ahead as soon as its mma are issued.
+            for (int base = warp; base < groups; base += MMA_WARPS * DEPTH) {
+#pragma unroll
+                for (int d = 0; d < DEPTH; ++d) {
+                    const int gi = base + d * MMA_WARPS;
+                    if (gi >= groups) break;
+                    group_mma(wr[d], gi * MMA_GROUP);
+                    const int ahead = gi + DEPTH * MMA_WARPS;
+                    if (ahead < groups)
+                        load_weights<W, MT>(w, row0, R, K, ahead * MMA_GROUP, g, c, wr[d]);
+                }
             }
         }
 
@@ -347,14 +424,6 @@ struct GemmTile {
     // Dynamic shared memory of a launch (the host's mma_gemm_shared).
     static constexpr int SMEM = GEMM_STAGES * STAGE_BYTES + FIRST_BYTES;
 };
-
-__device__ __forceinline__ uint4 lds128(u32 addr) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(addr));
-    return v;
-}
 
 // Chain ci of the GEMM's order (0, 4, 1, 5, 2, 6, 3, 7) and how many groups it holds.
 __device__ __forceinline__ int gemm_chain(int ci) { return (ci & 1) * 4 + (ci >> 1); }
@@ -1546,15 +1615,16 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     }
 
 
-#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT)                                       \
+#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT, RING)                                 \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT, DEEP))   \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
              int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
              W* __restrict__ yh, int yh_wg) {                                                  \
-        mma_body<W, NT, MT, IN, EPI, DEEP, SPLIT>(w, bias, x, x_stride, xh, x_rows, norm_w, eps, \
-                                                  K, R, T, y, y_stride, token_tiles, yh, yh_wg); \
+        mma_body<W, NT, MT, IN, EPI, DEEP, SPLIT, RING>(w, bias, x, x_stride, xh, x_rows,      \
+                                                        norm_w, eps, K, R, T, y, y_stride,     \
+                                                        token_tiles, yh, yh_wg);               \
     }
 
 // Per dtype and epilogue: the in-kernel norm/rounding for one n-tile (1-8 tokens, 16-row tiles:
@@ -1564,17 +1634,21 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 // (BENCHMARKS.md, 2026-11-23 third session). n1d: n1 with deeper prefetch (MMA_DEEP_DEPTH);
 // n1h: one n-tile with inputs prepared by to_half (3–8 tokens: the in-kernel norm and rounding
 // of 8 f32 rows per group cost more than the prepare launch; KernelTuning); n2s, n4s, n8m2s: the
-// multi-tile variants taking token tiles from the launch (KernelTuning).
+// multi-tile variants taking token tiles from the launch (KernelTuning); n1r, n1dr, n1hr: n1,
+// n1d, n1h streaming their weights through the ring in shared memory (MMA_RING).
 #define MMA_FAMILY(MODE, IN1, EPI, DT, W)                                   \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI, 0, 0)              \
-    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI, 0, 0)         \
-    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI, 0, 0)         \
-    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI, 0, 0)       \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1d, W, 1, 1, IN1, EPI, 1, 0)             \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1h, W, 1, 1, MIN_HALF, EPI, 0, 0)        \
-    MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1)        \
-    MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1)        \
-    MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1)      \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI, 0, 0, 0)           \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI, 0, 0, 0)      \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI, 0, 0, 0)      \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI, 0, 0, 0)    \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1d, W, 1, 1, IN1, EPI, 1, 0, 0)          \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1h, W, 1, 1, MIN_HALF, EPI, 0, 0, 0)     \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1, 0)     \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1, 0)     \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1, 0)   \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1r, W, 1, 1, IN1, EPI, 0, 0, MMA_RING)    \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1dr, W, 1, 1, IN1, EPI, 1, 0, MMA_RING_DEEP) \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1hr, W, 1, 1, MIN_HALF, EPI, 0, 0, MMA_RING) \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, mma_gemm_body, W, EPI, 128, MMA_THREADS)  \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64, MMA_THREADS) \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128, MMA_THREADS)     \

@@ -18,9 +18,10 @@ use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
-    MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_VARIANTS,
-    MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_plan, kernels, mma_gemm_shared, mma_launch,
-    mma_threads, to_half_grid, wg_gemm_shared, wgs_blocks,
+    MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_RING,
+    MMA_RING_DEEP_SHARED, MMA_RING_SHARED, MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch,
+    gemm_plan, kernels, mma_gemm_shared, mma_launch, mma_threads, ring_carveout, ring_variant,
+    to_half_grid, wg_gemm_shared, wgs_blocks,
 };
 use nervad::model::DType;
 
@@ -472,6 +473,17 @@ fn run(cli: &Cli) -> Res<()> {
             ks[v] = gpu.with_dynamic_shared(ks[v], bytes)?;
             tiled[v] = gpu.with_dynamic_shared(tiled[v], bytes)?;
         }
+        // The one-n-tile variants' ring forms, as the backend sets them up.
+        for (v, bytes, blocks) in [
+            (MMA_RING, MMA_RING_SHARED, 3),
+            (MMA_RING + 1, MMA_RING_DEEP_SHARED, 2),
+            (MMA_RING + 2, MMA_RING_SHARED, 3),
+        ] {
+            for k in [&mut ks[v], &mut tiled[v]] {
+                *k = gpu.with_dynamic_shared(*k, bytes)?;
+                gpu.prefer_shared_memory(*k, ring_carveout(arch, blocks, bytes))?;
+            }
+        }
         let prep = if m == Mode::PlainAdd {
             "to_half_plain_bf16"
         } else {
@@ -599,6 +611,10 @@ fn run(cli: &Cli) -> Res<()> {
                 None
             };
             let launch = mma_launch(t, shape.r, shape.k, sms, &defaults);
+            let launch = MmaLaunch {
+                variant: ring_variant(launch.variant, &defaults),
+                ..launch
+            };
             let tuned_ms = Some((launch, b.mma(&tiled, prep, shape, t, launch)?));
             let gemv = if t <= 64 {
                 Some(b.gemv(&fam, 4, shape, t)?)

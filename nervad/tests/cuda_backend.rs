@@ -710,6 +710,30 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "the default variants + the weight ring in shared memory (n1r, n1dr, n1hr)",
+                KernelTuning {
+                    weight_ring: true,
+                    weight_ring_deep: true,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "the default variants + the deep projections' weight ring (n1dr)",
+                KernelTuning {
+                    weight_ring_deep: true,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "row-major weights + the weight ring, every one-n-tile projection deep",
+                KernelTuning {
+                    weight_ring: true,
+                    weight_ring_deep: true,
+                    deep_n1_blocks_per_sm: 1000,
+                    ..KernelTuning::baseline()
+                },
+            ),
+            (
                 "the default variants + L2 prefetch",
                 KernelTuning {
                     l2_prefetch_bytes: 24 << 20,
@@ -764,7 +788,13 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
         ];
+        // NERVA_GPU_VARIANTS=<text>: only the variants whose description contains it (a quick
+        // check of one kernel change on the GPU machine; unset in the full run).
+        let only = std::env::var("NERVA_GPU_VARIANTS").unwrap_or_default();
         for (name, tuning) in variants {
+            if !name.contains(only.as_str()) {
+                continue;
+            }
             let got = run(tuning);
             assert_eq!(plain.len(), got.len());
             if let Some(i) = plain

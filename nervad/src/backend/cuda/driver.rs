@@ -387,6 +387,40 @@ impl Gpu {
         })
     }
 
+    /// Ask for `percent` of the SM's shared memory and L1 as shared memory while `k` runs (a
+    /// hint: the driver rounds it up to a configuration the SM has, or overrides it), so that
+    /// blocks holding data in shared memory fit as many per SM as their registers allow.
+    pub fn prefer_shared_memory(&self, k: Kernel, percent: i32) -> Result<(), BackendError> {
+        // SAFETY: k.f is a valid function of a loaded module; the driver checks the percentage.
+        unsafe {
+            sys::cuFuncSetAttribute(
+                k.f,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                percent,
+            )
+        }
+        .result()?;
+        Ok(())
+    }
+
+    /// How many blocks of `threads` threads (and `k`'s dynamic shared memory) an SM holds at
+    /// once.
+    pub fn blocks_per_sm(&self, k: Kernel, threads: u32) -> Result<i32, BackendError> {
+        let mut n = 0;
+        // SAFETY: k.f is a valid function of a loaded module; n is written through a valid
+        // pointer.
+        unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut n,
+                k.f,
+                threads as i32,
+                k.shared as usize,
+            )
+        }
+        .result()?;
+        Ok(n)
+    }
+
     /// Registers and local (spill) bytes of a kernel, for the compile report.
     pub fn kernel_resources(&self, k: Kernel) -> Result<(i32, i32), BackendError> {
         use sys::CUfunction_attribute::*;

@@ -60,10 +60,10 @@ pub(super) const ATTN_GENERAL_DIM: usize = 128;
 /// The mma.cuh variants of a projection, in `mma_variant`'s numbering (kernel
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
-/// fixed-order GEMM (`MMA_GEMM`).
-pub const MMA_VARIANTS: [&str; 16] = [
+/// fixed-order GEMM (`MMA_GEMM`), then the one-n-tile variants' ring forms (`ring_variant`).
+pub const MMA_VARIANTS: [&str; 19] = [
     "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
-    "wgs", "wgt", "wg64s",
+    "wgs", "wgt", "wg64s", "n1r", "n1dr", "n1hr",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -94,6 +94,42 @@ pub const MMA_WGT: usize = 14;
 /// that `KernelTuning::wg_stream` picks, in `wg_stream_blocks` blocks that share the launch's
 /// tiles chain by chain (mma.cuh's StreamShare), each streaming its groups through one pipeline.
 pub const MMA_WG_STREAM: usize = 15;
+/// Index in `MMA_VARIANTS` of the ring form of n1 (then of n1d and n1h): the same launch with
+/// the weights streamed through shared memory (`KernelTuning::weight_ring`).
+pub const MMA_RING: usize = 16;
+
+/// The ring form of a one-n-tile launch of `variant` (n1, n1d or n1h) where `tuning` asks for
+/// it; the variant itself otherwise.
+pub fn ring_variant(variant: usize, tuning: &KernelTuning) -> usize {
+    match variant {
+        0 if tuning.weight_ring => MMA_RING,
+        MMA_DEEP if tuning.weight_ring_deep => MMA_RING + 1,
+        MMA_HALF if tuning.weight_ring => MMA_RING + 2,
+        v => v,
+    }
+}
+
+/// Dynamic shared memory of the ring forms of n1 and n1h (mma.cuh `MMA_RING`: 8 warps × 3
+/// groups × 2 KiB; three blocks per SM, as their registers allow).
+pub const MMA_RING_SHARED: u32 = 8 * 3 * 2048;
+/// The same for n1d (`MMA_RING_DEEP`: 4 groups per warp; two blocks per SM).
+pub const MMA_RING_DEEP_SHARED: u32 = 8 * 4 * 2048;
+
+/// The shared-memory carveout (percent of the SM's shared memory and L1) that fits `blocks`
+/// blocks of `dynamic` bytes of dynamic shared memory each (plus their static arrays and the
+/// 1 KiB the system reserves per block) on compute capability `arch`, leaving the rest to L1,
+/// which the projections' inputs are read through.
+pub fn ring_carveout(arch: u32, blocks: u32, dynamic: u32) -> i32 {
+    const STATIC_AND_RESERVED: u32 = 4096;
+    let per_sm: u32 = match arch {
+        90 => 228 << 10,
+        80 | 87 => 164 << 10,
+        _ => 100 << 10,
+    };
+    (blocks * (dynamic + STATIC_AND_RESERVED) * 100)
+        .div_ceil(per_sm)
+        .min(100) as i32
+}
 /// Threads per block of `MMA_WGS` and `MMA_WGT` (mma.cuh's WGS_THREADS); every other variant
 /// runs 256.
 pub const MMA_WGS_THREADS: u32 = 384;
@@ -925,5 +961,33 @@ mod tests {
         assert_eq!(mma_launch(12, 1024, 4096, SMS, &tuning), launch(1, 16, 1));
         // Up to 8 tokens, one n-tile as without the split.
         assert_eq!(mma_launch(8, 64, 4096, SMS, &tuning).token_tiles, 1);
+    }
+
+    #[test]
+    fn the_weight_ring_replaces_only_the_one_tile_kernels_it_is_asked_for() {
+        let names = |t: &KernelTuning| {
+            [0, MMA_DEEP, MMA_HALF, 1, MMA_GEMM].map(|v| MMA_VARIANTS[ring_variant(v, t)])
+        };
+        let off = KernelTuning::default();
+        assert_eq!(names(&off), ["n1", "n1d", "n1h", "n2", "gemm"]);
+        let deep = KernelTuning {
+            weight_ring_deep: true,
+            ..off
+        };
+        assert_eq!(names(&deep), ["n1", "n1dr", "n1h", "n2", "gemm"]);
+        let both = KernelTuning {
+            weight_ring: true,
+            ..deep
+        };
+        assert_eq!(names(&both), ["n1r", "n1dr", "n1hr", "n2", "gemm"]);
+    }
+
+    #[test]
+    fn the_ring_carveout_fits_its_blocks_and_leaves_the_rest_to_l1() {
+        // Three 48 KiB rings on a Hopper SM (228 KiB): 156 KiB, 69%.
+        assert_eq!(ring_carveout(90, 3, MMA_RING_SHARED), 69);
+        assert_eq!(ring_carveout(90, 2, MMA_RING_DEEP_SHARED), 60);
+        // More than the SM holds asks for all of it.
+        assert_eq!(ring_carveout(86, 3, MMA_RING_DEEP_SHARED), 100);
     }
 }

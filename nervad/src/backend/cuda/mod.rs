@@ -46,10 +46,10 @@ use launch_shape::{
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
-    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM,
-    MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch, WG_STREAM_SHARED, gemm_plan, mma_gemm_shared,
-    mma_launch, mma_threads, mma_variant, to_half_grid, wg_gemm_shared, wg_stream_launch,
-    wgs_blocks,
+    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_RING, MMA_RING_DEEP_SHARED, MMA_RING_SHARED,
+    MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch,
+    WG_STREAM_SHARED, gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
+    ring_carveout, ring_variant, to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning, WgStream};
@@ -499,6 +499,8 @@ struct MmaFamily {
     wg_tma: Kernel,
     /// The 64-token wgmma GEMM, persistent (one block per SM sharing the launch's tiles).
     wg_stream: Kernel,
+    /// n1, n1d and n1h streaming their weights through shared memory (`ring_variant`).
+    ring: [Kernel; 3],
 }
 
 impl MmaFamily {
@@ -517,6 +519,7 @@ impl MmaFamily {
             MMA_WGS => self.wg_specialized,
             MMA_WGT => self.wg_tma,
             MMA_WG_STREAM => self.wg_stream,
+            v if v >= MMA_RING => self.ring[v - MMA_RING],
             v => self.split[v - MMA_SPLIT],
         }
     }
@@ -1341,6 +1344,7 @@ impl CudaBackend {
                     n1_deep: m[MMA_DEEP],
                     n1_half: m[MMA_HALF],
                     split: [m[MMA_SPLIT], m[MMA_SPLIT + 1], m[MMA_SPLIT + 2]],
+                    ring: [m[MMA_RING], m[MMA_RING + 1], m[MMA_RING + 2]],
                 }
             }),
         };
@@ -1448,6 +1452,40 @@ impl CudaBackend {
                         "attn_decode_serial_pair cannot run ({e}); attn_decode_serial does"
                     );
                     tuning.serial_pairs_per_sm = None;
+                }
+            }
+        }
+        // The weight ring of the one-n-tile projections: their shared memory, and a carveout
+        // that fits three blocks per SM (two of n1d, as their registers allow) and leaves the
+        // rest to L1; where refused, the register form (the same bits).
+        if tuning.weight_ring || tuning.weight_ring_deep {
+            let mut ringed = k;
+            let granted = ringed.mma.iter_mut().try_for_each(|f| {
+                let [n1, deep, half] = &mut f.ring;
+                for (kernel, bytes, blocks) in [
+                    (n1, MMA_RING_SHARED, 3),
+                    (deep, MMA_RING_DEEP_SHARED, 2),
+                    (half, MMA_RING_SHARED, 3),
+                ] {
+                    *kernel = gpu.with_dynamic_shared(*kernel, bytes)?;
+                    gpu.prefer_shared_memory(*kernel, ring_carveout(arch, blocks, bytes))?;
+                    let fit = gpu.blocks_per_sm(*kernel, 256)?;
+                    if fit < blocks as i32 {
+                        tracing::warn!(
+                            arch,
+                            "a weight ring of {bytes} bytes leaves {fit} blocks per SM, \
+                             not {blocks}"
+                        );
+                    }
+                }
+                Ok::<(), BackendError>(())
+            });
+            match granted {
+                Ok(()) => k = ringed,
+                Err(e) => {
+                    tracing::warn!(arch, "the projections' weight ring cannot run ({e})");
+                    tuning.weight_ring = false;
+                    tuning.weight_ring_deep = false;
                 }
             }
         }
@@ -1829,6 +1867,7 @@ impl CudaBackend {
             None
         };
         let variant = match shape.variant {
+            v @ (0 | MMA_DEEP | MMA_HALF) => ring_variant(v, &self.tuning),
             MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
             MMA_GEMM_NARROW if stream_blocks.is_some() => MMA_WG_STREAM,
             MMA_GEMM if wg && self.tuning.wg_specialized => MMA_WGS,

@@ -124,6 +124,21 @@ pub struct KernelTuning {
     /// did not follow (batch 32 7.126 → 7.101 ms, 48 8.32 → 8.37, 64 8.60 → 8.65); `Always`
     /// (o and down too) lost 5%.
     pub wg_stream: WgStream,
+    /// The one-n-tile projections without the deep prefetch (n1, n1h: decode steps of 1–8
+    /// tokens) stream their weights through a ring in shared memory (`n1r`, `n1hr`; mma.cuh
+    /// `MMA_RING`: cp.async, 3 groups ahead per warp) instead of holding 2 groups in registers:
+    /// more bytes in flight per SM and more of a block's weights asked for before it waits for
+    /// the previous kernel. The same operands, the same bits. Off: measured (2026-11-28
+    /// twenty-sixth session, H200, batch 1) it slows qwen3-8b's step 8% and qwen3-0.6b's 2%.
+    pub weight_ring: bool,
+    /// The same for the deep one-n-tile projections (`n1dr`: 4 groups per warp in shared
+    /// memory instead of 4 in registers). Off: measured on the same binary (twenty-sixth
+    /// session, H200) qwen3-0.6b's batch-1 step 5% faster (0.922 → 0.873 ms) but qwen3-8b's 6%
+    /// slower (4.498 → 4.749 ms), although the 8B's down projection alone runs 15% faster on
+    /// it (32.4 → 27.4 µs): within a step its blocks cannot overlap the neighbouring kernels
+    /// the way the register form's do (most likely the shared-memory carveout it needs, which
+    /// an SM changes only once it is empty).
+    pub weight_ring_deep: bool,
     /// Most blocks of a `wg64s` launch (0: one per SM): fewer than the SMs leave some free for
     /// the next kernel's early blocks; the bit-identity test sets a few so that tiles are
     /// shared in odd places.
@@ -209,6 +224,8 @@ impl Default for KernelTuning {
             wg_specialized: false,
             wg_tma: true,
             wg_stream: WgStream::Off,
+            weight_ring: false,
+            weight_ring_deep: false,
             wg_stream_blocks: 0,
             wg_persistent: false,
             wg_persistent_blocks: 0,
@@ -243,6 +260,8 @@ impl KernelTuning {
             wg_specialized: false,
             wg_tma: false,
             wg_stream: WgStream::Off,
+            weight_ring: false,
+            weight_ring_deep: false,
             wg_stream_blocks: 0,
             wg_persistent: false,
             wg_persistent_blocks: 0,
@@ -257,7 +276,8 @@ impl KernelTuning {
     /// 0 auto>`, `NERVA_MMA_GEMM_TAIL=<0 off, 1 waves of the SMs, n > 1 waves of n tiles>`,
     /// `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`,
     /// `NERVA_ATTN_FOLD=<tokens>`, `NERVA_ATTN_WGMMA=1`, `NERVA_ATTN_MIXED=1`,
-    /// `NERVA_WGMMA=1`,
+    /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=1`,
+    /// `NERVA_MMA_RING_DEEP=1`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
     /// `NERVA_WG_STREAM_BLOCKS=<blocks>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
@@ -325,6 +345,8 @@ impl KernelTuning {
                 }
                 None => d.wg_stream,
             },
+            weight_ring: var("NERVA_MMA_RING").map_or(d.weight_ring, |v| v != 0),
+            weight_ring_deep: var("NERVA_MMA_RING_DEEP").map_or(d.weight_ring_deep, |v| v != 0),
             wg_stream_blocks: var("NERVA_WG_STREAM_BLOCKS")
                 .map_or(d.wg_stream_blocks, |v| v as u32),
             wg_persistent: var("NERVA_WG_PERSISTENT").map_or(d.wg_persistent, |v| v != 0),

@@ -157,18 +157,36 @@ __device__ __forceinline__ const W* weight_chunk(const W* __restrict__ w, int ro
 template <typename W, int MT>
 __device__ __forceinline__ void load_weights(const W* __restrict__ w, int row0, int R, int K,
                                              int kb, int g, int c, uint4 out[MT][2][2]) {
-    // Tiled: tile (row0 / 16 + m), group kb / 64: chunks [h][q][lane] of 16 bytes; rows are
-    // padded to 16 and columns to 64 with zeros, so only a tile past the matrix is skipped.
+#if MMA_TILED
+    // Tile (row0 / 16 + m), group kb / 64: chunks [h][q][lane] of 16 bytes; rows are padded to
+    // 16 and columns to 64 with zeros, so only a tile past the matrix is skipped.
+    const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+    const int lane = g * 4 + c;
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+    for (int m = 0; m < MT; ++m) {
+        const bool inside = row0 + 16 * m < R;
+        const W* tile = w + ((size_t)(row0 / 16 + m) * groups + kb / MMA_GROUP) * 4 * 256 + lane * 8;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
+            for (int q = 0; q < 2; ++q)
+                out[m][h][q] = inside ? load_stream(tile + (h * 2 + q) * 256)
+                                      : make_uint4(0, 0, 0, 0);
+    }
+#else
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row0 + 16 * m + 8 * h + g;
+#pragma unroll
             for (int q = 0; q < 2; ++q) {
-                bool inside;
-                const W* src = weight_chunk(w, row0, R, K, kb, g, c, m, h, q, inside);
-                out[m][h][q] = inside ? load_stream(src) : make_uint4(0, 0, 0, 0);
+                const int k = kb + 32 * q + 8 * c;
+                out[m][h][q] = (row < R && k < K) ? load_stream(w + (size_t)row * K + k)
+                                                  : make_uint4(0, 0, 0, 0);
             }
+        }
+#endif
 }
 
 template <typename W, int NT, int MT, int IN, int EPI, int DEEP, int SPLIT, int RING>
@@ -184,8 +202,10 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     const int token_tiles = SPLIT ? split_tiles : 1;
     constexpr int ROWS = 16 * MT;
     // Groups of weights in flight per warp: deep where few accumulators leave registers free
-    // (one n-tile: batch 1 must read at the bandwidth with only R / 16 blocks).
-    constexpr int DEPTH = DEEP              ? MMA_DEEP_DEPTH
+    // (one n-tile: batch 1 must read at the bandwidth with only R / 16 blocks); with the ring,
+    // only the group being multiplied.
+    constexpr int DEPTH = RING              ? 1
+                          : DEEP            ? MMA_DEEP_DEPTH
                           : MT * NT == 1    ? MMA_N1_DEPTH
                           : MT * NT <= 4    ? 2
                                             : 1;
@@ -267,55 +287,51 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
             inv[n] = IN == MIN_RMS ? inv_s[i] : 1.f;
         }
 
-        // Group kb's products with weights `wg`, into acc.
-        auto group_mma = [&](const uint4 (&wg)[MT][2][2], int kb) {
+        // Groups warp, warp + 8, ... in order; slot d of the registers holds group gi + 8 d and
+        // is refilled DEPTH groups ahead as soon as its mma are issued. With the ring (one slot
+        // of registers), the group first waits in its ring slot until its copies landed (RING
+        // - 1 younger commit groups may still be in flight) and is read back into the
+        // registers, and the ring slot is refilled RING groups ahead once its mma have read
+        // them.
+        int slot = 0;
+        for (int base = warp; base < groups; base += MMA_WARPS * DEPTH) {
 #pragma unroll
-            for (int n = 0; n < NT; ++n) {
-                uint4 xb[2];
+            for (int d = 0; d < DEPTH; ++d) {
+                const int gi = base + d * MMA_WARPS;
+                if (gi >= groups) break;
+                const int kb = gi * MMA_GROUP;
+                if (RING) {
+                    cp_async_wait<(RING > 0 ? RING - 1 : 0)>();
 #pragma unroll
-                for (int q = 0; q < 2; ++q)
-                    xb[q] = tok[n] >= 0
-                                ? load_xhat<W, IN>(x, x_stride, xh, tok[n], t0 + 8 * n + g,
-                                                   kb + 32 * q + 8 * c, K, norm_w, inv[n])
-                                : make_uint4(0, 0, 0, 0);
-                const u32* bw = reinterpret_cast<const u32*>(xb);
+                    for (int j = 0; j < 4; ++j)
+                        wr[d][0][j >> 1][j & 1] = lds128(my_ring + (slot * 4 + j) * 512);
+                }
 #pragma unroll
-                for (int m = 0; m < MT; ++m) {
-                    const u32* lo = reinterpret_cast<const u32*>(wg[m][0]);
-                    const u32* hi = reinterpret_cast<const u32*>(wg[m][1]);
+                for (int n = 0; n < NT; ++n) {
+                    uint4 xb[2];
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        // Elements 4j .. 4j+3 of the thread's 16: words 2j, 2j + 1.
-                        const u32 a[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1]};
-                        mma_16816(acc[m][n], a, bw[2 * j], bw[2 * j + 1], w);
+                    for (int q = 0; q < 2; ++q)
+                        xb[q] = tok[n] >= 0
+                                    ? load_xhat<W, IN>(x, x_stride, xh, tok[n], t0 + 8 * n + g,
+                                                       kb + 32 * q + 8 * c, K, norm_w, inv[n])
+                                    : make_uint4(0, 0, 0, 0);
+                    const u32* bw = reinterpret_cast<const u32*>(xb);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        const u32* lo = reinterpret_cast<const u32*>(wr[d][m][0]);
+                        const u32* hi = reinterpret_cast<const u32*>(wr[d][m][1]);
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            // Elements 4j .. 4j+3 of the thread's 16: words 2j, 2j + 1.
+                            const u32 a[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1]};
+                            mma_16816(acc[m][n], a, bw[2 * j], bw[2 * j + 1], w);
+                        }
                     }
                 }
-            }
-        };
-        if (RING) {
-            // Groups warp, warp + 8, ... in order: the group waits in its slot until its copies
-            // landed (RING - 1 younger commit groups may still be in flight), is read back into
-            // registers, and the slot is refilled RING groups ahead once its mma have read
-            // those registers.
-            for (int slot = 0, gi = warp; gi < groups; gi += MMA_WARPS) {
-                cp_async_wait<(RING > 0 ? RING - 1 : 0)>();
-                uint4 wg[MT][2][2];
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    wg[0][j >> 1][j & 1] = lds128(my_ring + (slot * 4 + j) * 512);
-                group_mma(wg, gi * MMA_GROUP);
-                ring_fill(slot, gi + RING * MMA_WARPS);
-                slot = slot + 1 == RING ? 0 : slot + 1;
-            }
-        } else {
-            // Groups warp, warp + 8, ... in order; slot d of the ring holds group gi + 8 d and
-            // is refilled DEPTH groups ahead as soon as its mma are issued.
-            for (int base = warp; base < groups; base += MMA_WARPS * DEPTH) {
-#pragma unroll
-                for (int d = 0; d < DEPTH; ++d) {
-                    const int gi = base + d * MMA_WARPS;
-                    if (gi >= groups) break;
-                    group_mma(wr[d], gi * MMA_GROUP);
+                if (RING) {
+                    ring_fill(slot, gi + RING * MMA_WARPS);
+                    slot = slot + 1 == RING ? 0 : slot + 1;
+                } else {
                     const int ahead = gi + DEPTH * MMA_WARPS;
                     if (ahead < groups)
                         load_weights<W, MT>(w, row0, R, K, ahead * MMA_GROUP, g, c, wr[d]);

@@ -136,7 +136,8 @@ __device__ __forceinline__ uint4 lds128(u32 addr) {
 }
 
 // Where the 16 bytes of chunk q (A, B) of row g + 8 h of 16-row tile m of group kb lie for
-// lane (g, c), and whether they exist (else: zeros). load_weights's addresses, for the ring.
+// lane (g, c), and whether they exist (else: zeros). load_weights's addresses, for the ring
+// (load_weights keeps its own form, so that the register kernels compile as they were measured).
 template <typename W>
 __device__ __forceinline__ const W* weight_chunk(const W* __restrict__ w, int row0, int R, int K,
                                                  int kb, int g, int c, int m, int h, int q,

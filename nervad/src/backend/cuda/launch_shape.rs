@@ -130,6 +130,7 @@ pub fn ring_carveout(arch: u32, blocks: u32, dynamic: u32) -> i32 {
         .div_ceil(per_sm)
         .min(100) as i32
 }
+
 /// Threads per block of `MMA_WGS` and `MMA_WGT` (mma.cuh's WGS_THREADS); every other variant
 /// runs 256.
 pub const MMA_WGS_THREADS: u32 = 384;

@@ -19,9 +19,8 @@ use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
     MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_RING,
-    MMA_RING_DEEP_SHARED, MMA_RING_SHARED, MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch,
-    gemm_plan, kernels, mma_gemm_shared, mma_launch, mma_threads, ring_carveout, ring_variant,
-    to_half_grid, wg_gemm_shared, wgs_blocks,
+    MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_plan, kernels, mma_gemm_shared,
+    mma_launch, mma_threads, ring_form, ring_variant, to_half_grid, wg_gemm_shared, wgs_blocks,
 };
 use nervad::model::DType;
 
@@ -474,14 +473,9 @@ fn run(cli: &Cli) -> Res<()> {
             tiled[v] = gpu.with_dynamic_shared(tiled[v], bytes)?;
         }
         // The one-n-tile variants' ring forms, as the backend sets them up.
-        for (v, bytes, blocks) in [
-            (MMA_RING, MMA_RING_SHARED, 3),
-            (MMA_RING + 1, MMA_RING_DEEP_SHARED, 2),
-            (MMA_RING + 2, MMA_RING_SHARED, 3),
-        ] {
-            for k in [&mut ks[v], &mut tiled[v]] {
-                *k = gpu.with_dynamic_shared(*k, bytes)?;
-                gpu.prefer_shared_memory(*k, ring_carveout(arch, blocks, bytes))?;
+        for form in 0..3 {
+            for k in [&mut ks[MMA_RING + form], &mut tiled[MMA_RING + form]] {
+                *k = ring_form(&gpu, *k, form, arch)?;
             }
         }
         let prep = if m == Mode::PlainAdd {

@@ -114,6 +114,13 @@ pub fn ring_variant(variant: usize, tuning: &KernelTuning) -> usize {
 pub const MMA_RING_SHARED: u32 = 8 * 3 * 2048;
 /// The same for n1d (`MMA_RING_DEEP`: 4 groups per warp; two blocks per SM).
 pub const MMA_RING_DEEP_SHARED: u32 = 8 * 4 * 2048;
+/// Per ring form (n1r, n1dr, n1hr: `MMA_VARIANTS[MMA_RING + i]`), its dynamic shared memory and
+/// the blocks per SM its registers allow.
+pub const MMA_RING_FORMS: [(u32, u32); 3] = [
+    (MMA_RING_SHARED, 3),
+    (MMA_RING_DEEP_SHARED, 2),
+    (MMA_RING_SHARED, 3),
+];
 
 /// The shared-memory carveout (percent of the SM's shared memory and L1) that fits `blocks`
 /// blocks of `dynamic` bytes of dynamic shared memory each (plus their static arrays and the

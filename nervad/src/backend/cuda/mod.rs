@@ -46,10 +46,10 @@ use launch_shape::{
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
-    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_RING, MMA_RING_DEEP_SHARED, MMA_RING_SHARED,
-    MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch,
-    WG_STREAM_SHARED, gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
-    ring_carveout, ring_variant, to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
+    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_RING, MMA_RING_FORMS, MMA_SPLIT, MMA_VARIANTS,
+    MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch, WG_STREAM_SHARED,
+    gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant, ring_carveout, ring_variant,
+    to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning, WgStream};
@@ -217,6 +217,23 @@ struct LayerBufs {
     post_norm: DevBuf,
     q_norm: DevBuf,
     k_norm: DevBuf,
+}
+
+/// Ring form `form` of a one-n-tile projection (`MMA_VARIANTS[MMA_RING + form]`) set up to
+/// launch: its ring's dynamic shared memory and a carveout that fits the blocks per SM its
+/// registers allow, leaving the rest to L1 (a warning where the driver fits fewer).
+pub fn ring_form(gpu: &Gpu, k: Kernel, form: usize, arch: u32) -> Result<Kernel, BackendError> {
+    let (bytes, blocks) = MMA_RING_FORMS[form];
+    let k = gpu.with_dynamic_shared(k, bytes)?;
+    gpu.prefer_shared_memory(k, ring_carveout(arch, blocks, bytes))?;
+    let fit = gpu.blocks_per_sm(k, 256)?;
+    if fit < blocks as i32 {
+        tracing::warn!(
+            arch,
+            "a weight ring of {bytes} bytes leaves {fit} blocks per SM, not {blocks}"
+        );
+    }
+    Ok(k)
 }
 
 /// The kernels, looked up once.
@@ -1461,22 +1478,8 @@ impl CudaBackend {
         if tuning.weight_ring || tuning.weight_ring_deep {
             let mut ringed = k;
             let granted = ringed.mma.iter_mut().try_for_each(|f| {
-                let [n1, deep, half] = &mut f.ring;
-                for (kernel, bytes, blocks) in [
-                    (n1, MMA_RING_SHARED, 3),
-                    (deep, MMA_RING_DEEP_SHARED, 2),
-                    (half, MMA_RING_SHARED, 3),
-                ] {
-                    *kernel = gpu.with_dynamic_shared(*kernel, bytes)?;
-                    gpu.prefer_shared_memory(*kernel, ring_carveout(arch, blocks, bytes))?;
-                    let fit = gpu.blocks_per_sm(*kernel, 256)?;
-                    if fit < blocks as i32 {
-                        tracing::warn!(
-                            arch,
-                            "a weight ring of {bytes} bytes leaves {fit} blocks per SM, \
-                             not {blocks}"
-                        );
-                    }
+                for (form, kernel) in f.ring.iter_mut().enumerate() {
+                    *kernel = ring_form(&gpu, *kernel, form, arch)?;
                 }
                 Ok::<(), BackendError>(())
             });

@@ -475,7 +475,7 @@ fn run(cli: &Cli) -> Res<()> {
         // The one-n-tile variants' ring forms, as the backend sets them up.
         for form in 0..3 {
             for k in [&mut ks[MMA_RING + form], &mut tiled[MMA_RING + form]] {
-                *k = ring_form(&gpu, *k, form, arch)?;
+                *k = ring_form(&gpu, *k, form, arch, KernelTuning::from_env().carveout)?;
             }
         }
         let prep = if m == Mode::PlainAdd {
@@ -606,7 +606,12 @@ fn run(cli: &Cli) -> Res<()> {
             };
             let launch = mma_launch(t, shape.r, shape.k, sms, &defaults);
             let launch = MmaLaunch {
-                variant: ring_variant(launch.variant, &defaults),
+                variant: ring_variant(
+                    launch.variant,
+                    shape.r.div_ceil(launch.rows as usize) * launch.token_tiles as usize,
+                    sms,
+                    &defaults,
+                ),
                 ..launch
             };
             let tuned_ms = Some((launch, b.mma(&tiled, prep, shape, t, launch)?));

@@ -400,7 +400,7 @@ fn prefill_and_fused_decode_give_identical_bits() {
 /// by the variants' prefill launches, feeds those logits).
 #[test]
 fn kernel_variants_give_identical_bits() {
-    use nervad::backend::cuda::{CudaBackend, GemmSplit, KernelTuning, WgStream};
+    use nervad::backend::cuda::{CudaBackend, GemmSplit, KernelTuning, RingUse, WgStream};
     use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
     let Some(cuda) = device() else { return };
     // TinyLlama: an untied LM head and an intermediate size (160) that is no multiple of the
@@ -712,23 +712,23 @@ fn kernel_variants_give_identical_bits() {
             (
                 "the default variants + the weight ring in shared memory (n1r, n1dr, n1hr)",
                 KernelTuning {
-                    weight_ring: true,
-                    weight_ring_deep: true,
+                    weight_ring: RingUse::Always,
+                    weight_ring_deep: RingUse::Always,
                     ..KernelTuning::default()
                 },
             ),
             (
                 "the default variants + the deep projections' weight ring (n1dr)",
                 KernelTuning {
-                    weight_ring_deep: true,
+                    weight_ring_deep: RingUse::Always,
                     ..KernelTuning::default()
                 },
             ),
             (
                 "row-major weights + the weight ring, every one-n-tile projection deep",
                 KernelTuning {
-                    weight_ring: true,
-                    weight_ring_deep: true,
+                    weight_ring: RingUse::Always,
+                    weight_ring_deep: RingUse::Always,
                     deep_n1_blocks_per_sm: 1000,
                     ..KernelTuning::baseline()
                 },

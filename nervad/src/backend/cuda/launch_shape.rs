@@ -98,13 +98,14 @@ pub const MMA_WG_STREAM: usize = 15;
 /// the weights streamed through shared memory (`KernelTuning::weight_ring`).
 pub const MMA_RING: usize = 16;
 
-/// The ring form of a one-n-tile launch of `variant` (n1, n1d or n1h) where `tuning` asks for
-/// it; the variant itself otherwise.
-pub fn ring_variant(variant: usize, tuning: &KernelTuning) -> usize {
+/// The ring form of a one-n-tile launch of `variant` (n1, n1d or n1h) in `blocks` blocks on
+/// `sms` SMs where `tuning` asks for it; the variant itself otherwise.
+pub fn ring_variant(variant: usize, blocks: usize, sms: usize, tuning: &KernelTuning) -> usize {
+    let (plain, deep) = (tuning.weight_ring, tuning.weight_ring_deep);
     match variant {
-        0 if tuning.weight_ring => MMA_RING,
-        MMA_DEEP if tuning.weight_ring_deep => MMA_RING + 1,
-        MMA_HALF if tuning.weight_ring => MMA_RING + 2,
+        0 if plain.takes(blocks, sms) => MMA_RING,
+        MMA_DEEP if deep.takes(blocks, sms) => MMA_RING + 1,
+        MMA_HALF if plain.takes(blocks, sms) => MMA_RING + 2,
         v => v,
     }
 }
@@ -515,6 +516,7 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda::tuning::RingUse;
 
     const SMS: usize = 132;
 
@@ -973,21 +975,41 @@ mod tests {
 
     #[test]
     fn the_weight_ring_replaces_only_the_one_tile_kernels_it_is_asked_for() {
-        let names = |t: &KernelTuning| {
-            [0, MMA_DEEP, MMA_HALF, 1, MMA_GEMM].map(|v| MMA_VARIANTS[ring_variant(v, t)])
+        let names = |t: &KernelTuning, blocks| {
+            [0, MMA_DEEP, MMA_HALF, 1, MMA_GEMM]
+                .map(|v| MMA_VARIANTS[ring_variant(v, blocks, SMS, t)])
         };
-        let off = KernelTuning::default();
-        assert_eq!(names(&off), ["n1", "n1d", "n1h", "n2", "gemm"]);
+        let off = KernelTuning {
+            weight_ring: RingUse::Off,
+            weight_ring_deep: RingUse::Off,
+            ..KernelTuning::default()
+        };
+        assert_eq!(names(&off, 64), ["n1", "n1d", "n1h", "n2", "gemm"]);
+        // The default: the deep ring below one wave only.
+        let default = KernelTuning::default();
+        assert_eq!(names(&default, SMS - 1)[1], "n1dr");
+        assert_eq!(names(&default, SMS)[1], "n1d");
         let deep = KernelTuning {
-            weight_ring_deep: true,
+            weight_ring_deep: RingUse::Always,
             ..off
         };
-        assert_eq!(names(&deep), ["n1", "n1dr", "n1h", "n2", "gemm"]);
+        assert_eq!(names(&deep, 256), ["n1", "n1dr", "n1h", "n2", "gemm"]);
         let both = KernelTuning {
-            weight_ring: true,
+            weight_ring: RingUse::Always,
             ..deep
         };
-        assert_eq!(names(&both), ["n1r", "n1dr", "n1hr", "n2", "gemm"]);
+        assert_eq!(names(&both, 256), ["n1r", "n1dr", "n1hr", "n2", "gemm"]);
+        // Below one wave: only launches of fewer blocks than the SMs.
+        let short = KernelTuning {
+            weight_ring: RingUse::BelowOneWave,
+            weight_ring_deep: RingUse::BelowOneWave,
+            ..off
+        };
+        assert_eq!(
+            names(&short, SMS - 1),
+            ["n1r", "n1dr", "n1hr", "n2", "gemm"]
+        );
+        assert_eq!(names(&short, SMS), ["n1", "n1d", "n1h", "n2", "gemm"]);
     }
 
     #[test]

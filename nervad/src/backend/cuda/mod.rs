@@ -52,7 +52,7 @@ pub use launch_shape::{
     to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
 };
 pub use tma::GemmMaps;
-pub use tuning::{GemmSplit, KernelTuning, WgStream};
+pub use tuning::{GemmSplit, KernelTuning, RingUse, WgStream};
 
 /// Must match `kernels/attention.cu`.
 const ATTN_MAX_GROUP: usize = 8;
@@ -221,11 +221,19 @@ struct LayerBufs {
 
 /// Ring form `form` of a one-n-tile projection (`MMA_VARIANTS[MMA_RING + form]`) set up to
 /// launch: its ring's dynamic shared memory and a carveout that fits the blocks per SM its
-/// registers allow, leaving the rest to L1 (a warning where the driver fits fewer).
-pub fn ring_form(gpu: &Gpu, k: Kernel, form: usize, arch: u32) -> Result<Kernel, BackendError> {
+/// registers allow, leaving the rest to L1 (a warning where the driver fits fewer), or the
+/// carveout every kernel asks for (`KernelTuning::carveout`).
+pub fn ring_form(
+    gpu: &Gpu,
+    k: Kernel,
+    form: usize,
+    arch: u32,
+    carveout: Option<i32>,
+) -> Result<Kernel, BackendError> {
     let (bytes, blocks) = MMA_RING_FORMS[form];
     let k = gpu.with_dynamic_shared(k, bytes)?;
-    gpu.prefer_shared_memory(k, ring_carveout(arch, blocks, bytes))?;
+    let percent = carveout.unwrap_or_else(|| ring_carveout(arch, blocks, bytes));
+    gpu.prefer_shared_memory(k, percent)?;
     let fit = gpu.blocks_per_sm(k, 256)?;
     if fit < blocks as i32 {
         tracing::warn!(
@@ -1313,7 +1321,14 @@ impl CudaBackend {
                 other => return Err(BackendError::Device(format!("unexpected module {other}"))),
             };
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            module_kernels.push(gpu.load(&m.cubin, &refs)?);
+            let loaded = gpu.load(&m.cubin, &refs)?;
+            // One carveout for every kernel where asked (`KernelTuning::carveout`).
+            if let Some(percent) = cuda.tuning.carveout {
+                for &k in &loaded {
+                    gpu.prefer_shared_memory(k, percent)?;
+                }
+            }
+            module_kernels.push(loaded);
         }
         let g = &module_kernels[0];
         let mut k = Kernels {
@@ -1475,11 +1490,11 @@ impl CudaBackend {
         // The weight ring of the one-n-tile projections: their shared memory, and a carveout
         // that fits three blocks per SM (two of n1d, as their registers allow) and leaves the
         // rest to L1; where refused, the register form (the same bits).
-        if tuning.weight_ring || tuning.weight_ring_deep {
+        if tuning.weight_ring != RingUse::Off || tuning.weight_ring_deep != RingUse::Off {
             let mut ringed = k;
             let granted = ringed.mma.iter_mut().try_for_each(|f| {
                 for (form, kernel) in f.ring.iter_mut().enumerate() {
-                    *kernel = ring_form(&gpu, *kernel, form, arch)?;
+                    *kernel = ring_form(&gpu, *kernel, form, arch, tuning.carveout)?;
                 }
                 Ok::<(), BackendError>(())
             });
@@ -1487,8 +1502,8 @@ impl CudaBackend {
                 Ok(()) => k = ringed,
                 Err(e) => {
                     tracing::warn!(arch, "the projections' weight ring cannot run ({e})");
-                    tuning.weight_ring = false;
-                    tuning.weight_ring_deep = false;
+                    tuning.weight_ring = RingUse::Off;
+                    tuning.weight_ring_deep = RingUse::Off;
                 }
             }
         }
@@ -1870,7 +1885,9 @@ impl CudaBackend {
             None
         };
         let variant = match shape.variant {
-            v @ (0 | MMA_DEEP | MMA_HALF) => ring_variant(v, &self.tuning),
+            v @ (0 | MMA_DEEP | MMA_HALF) => {
+                ring_variant(v, tiles as usize, self.sms as usize, &self.tuning)
+            }
             MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
             MMA_GEMM_NARROW if stream_blocks.is_some() => MMA_WG_STREAM,
             MMA_GEMM if wg && self.tuning.wg_specialized => MMA_WGS,

@@ -130,15 +130,25 @@ pub struct KernelTuning {
     /// more bytes in flight per SM and more of a block's weights asked for before it waits for
     /// the previous kernel. The same operands, the same bits. Off: measured (2026-11-28
     /// twenty-sixth session, H200, batch 1) it slows qwen3-8b's step 8% and qwen3-0.6b's 2%.
-    pub weight_ring: bool,
+    pub weight_ring: RingUse,
     /// The same for the deep one-n-tile projections (`n1dr`: 4 groups per warp in shared
-    /// memory instead of 4 in registers). Off: measured on the same binary (twenty-sixth
-    /// session, H200) qwen3-0.6b's batch-1 step 5% faster (0.922 → 0.873 ms) but qwen3-8b's 6%
+    /// memory instead of 4 in registers). On every launch (twenty-sixth session, H200, same
+    /// binary) qwen3-0.6b's batch-1 step ran 5% faster (0.922 → 0.873 ms) but qwen3-8b's 6%
     /// slower (4.498 → 4.749 ms), although the 8B's down projection alone runs 15% faster on
-    /// it (32.4 → 27.4 µs): within a step its blocks cannot overlap the neighbouring kernels
-    /// the way the register form's do (most likely the shared-memory carveout it needs, which
-    /// an SM changes only once it is empty).
-    pub weight_ring_deep: bool,
+    /// it (32.4 → 27.4 µs): within a step its blocks do not overlap the neighbouring kernels
+    /// the way the register form's do. Default: below one wave (2026-11-28 twenty-seventh
+    /// session, H200, same binary): qwen3-0.6b's o and down (64 blocks) take it, 0.913 →
+    /// 0.878–0.882 ms per step, and qwen3-8b's launches (256 blocks and more) keep n1d,
+    /// 4.485 ms either way.
+    pub weight_ring_deep: RingUse,
+    /// One shared-memory carveout (percent of each SM's L1 and shared memory) asked for every
+    /// kernel instead of each kernel's own (the driver's choice, or the ring's), to test whether
+    /// kernels asking for different splits lose their overlap across programmatic launches (an
+    /// SM changes its split only once it is empty). None, the default: each kernel's own.
+    /// Measured (2026-11-28 twenty-seventh session, H200, batch 1, same binary): 0% slowed
+    /// qwen3-8b's step 12%, 60% 6%, 100% 8% (qwen3-0.6b 9%, 1%, 3%); the deep ring on every launch
+    /// under 60% ran as fast as the register form under 60%, not faster than the defaults.
+    pub carveout: Option<i32>,
     /// Most blocks of a `wg64s` launch (0: one per SM): fewer than the SMs leave some free for
     /// the next kernel's early blocks; the bit-identity test sets a few so that tiles are
     /// shared in odd places.
@@ -167,6 +177,29 @@ pub enum WgStream {
     Auto,
     /// Every one (the bit-identity tests).
     Always,
+}
+
+/// Which one-n-tile launches run the weight ring (`KernelTuning::weight_ring`, `_deep`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingUse {
+    /// None: the register forms run them.
+    Off,
+    /// Those of fewer blocks than the SMs (one partial wave: qwen3-0.6b's o and down), where
+    /// the blocks' bytes in flight, not the SMs' shares, set the speed.
+    BelowOneWave,
+    /// Every one.
+    Always,
+}
+
+impl RingUse {
+    /// Whether a launch of `blocks` blocks on `sms` SMs runs the ring.
+    pub fn takes(self, blocks: usize, sms: usize) -> bool {
+        match self {
+            RingUse::Off => false,
+            RingUse::BelowOneWave => blocks < sms,
+            RingUse::Always => true,
+        }
+    }
 }
 
 /// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
@@ -224,8 +257,9 @@ impl Default for KernelTuning {
             wg_specialized: false,
             wg_tma: true,
             wg_stream: WgStream::Off,
-            weight_ring: false,
-            weight_ring_deep: false,
+            weight_ring: RingUse::Off,
+            weight_ring_deep: RingUse::BelowOneWave,
+            carveout: None,
             wg_stream_blocks: 0,
             wg_persistent: false,
             wg_persistent_blocks: 0,
@@ -260,8 +294,9 @@ impl KernelTuning {
             wg_specialized: false,
             wg_tma: false,
             wg_stream: WgStream::Off,
-            weight_ring: false,
-            weight_ring_deep: false,
+            weight_ring: RingUse::Off,
+            weight_ring_deep: RingUse::Off,
+            carveout: None,
             wg_stream_blocks: 0,
             wg_persistent: false,
             wg_persistent_blocks: 0,
@@ -276,8 +311,8 @@ impl KernelTuning {
     /// 0 auto>`, `NERVA_MMA_GEMM_TAIL=<0 off, 1 waves of the SMs, n > 1 waves of n tiles>`,
     /// `NERVA_MMA_GEMM_MIN_K=<columns>`, `NERVA_ATTN_PREFILL=1`,
     /// `NERVA_ATTN_FOLD=<tokens>`, `NERVA_ATTN_WGMMA=1`, `NERVA_ATTN_MIXED=1`,
-    /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=1`,
-    /// `NERVA_MMA_RING_DEEP=1`,
+    /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=<0 off, 1 always, 2 below one wave>`,
+    /// `NERVA_MMA_RING_DEEP=<the same>`, `NERVA_CARVEOUT=<percent>`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
     /// `NERVA_WG_STREAM_BLOCKS=<blocks>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
@@ -296,6 +331,16 @@ impl KernelTuning {
         let from = |name: &str, default: Option<usize>| match var(name) {
             Some(0) => None,
             Some(n) => Some(n),
+            None => default,
+        };
+        let ring = |name: &str, default: RingUse| match var(name) {
+            Some(0) => RingUse::Off,
+            Some(1) => RingUse::Always,
+            Some(2) => RingUse::BelowOneWave,
+            Some(n) => {
+                tracing::warn!("{name}={n} is not 0, 1 or 2: ignored");
+                default
+            }
             None => default,
         };
         KernelTuning {
@@ -345,8 +390,16 @@ impl KernelTuning {
                 }
                 None => d.wg_stream,
             },
-            weight_ring: var("NERVA_MMA_RING").map_or(d.weight_ring, |v| v != 0),
-            weight_ring_deep: var("NERVA_MMA_RING_DEEP").map_or(d.weight_ring_deep, |v| v != 0),
+            weight_ring: ring("NERVA_MMA_RING", d.weight_ring),
+            weight_ring_deep: ring("NERVA_MMA_RING_DEEP", d.weight_ring_deep),
+            carveout: match var("NERVA_CARVEOUT") {
+                Some(p @ 0..=100) => Some(p as i32),
+                Some(p) => {
+                    tracing::warn!("NERVA_CARVEOUT={p} is not a percentage: ignored");
+                    d.carveout
+                }
+                None => d.carveout,
+            },
             wg_stream_blocks: var("NERVA_WG_STREAM_BLOCKS")
                 .map_or(d.wg_stream_blocks, |v| v as u32),
             wg_persistent: var("NERVA_WG_PERSISTENT").map_or(d.wg_persistent, |v| v != 0),

@@ -145,9 +145,9 @@ pub struct KernelTuning {
     /// kernel instead of each kernel's own (the driver's choice, or the ring's), to test whether
     /// kernels asking for different splits lose their overlap across programmatic launches (an
     /// SM changes its split only once it is empty). None, the default: each kernel's own.
-    /// Measured (2026-11-28 twenty-seventh session, H200, batch 1, same binary): 0% slowed
-    /// qwen3-8b's step 12%, 60% 6%, 100% 8% (qwen3-0.6b 9%, 1%, 3%); the deep ring on every launch
-    /// under 60% ran as fast as the register form under 60%, not faster than the defaults.
+    /// Measured (2026-11-28 twenty-seventh session, H200, batch 1, same binary): 0%, 60% and
+    /// 100% slowed qwen3-8b's step 12%, 6% and 8% (qwen3-0.6b's 9%, 1% and 3%); under 60% the
+    /// deep ring on every launch ran as fast as the register form, not faster than the defaults.
     pub carveout: Option<i32>,
     /// Most blocks of a `wg64s` launch (0: one per SM): fewer than the SMs leave some free for
     /// the next kernel's early blocks; the bit-identity test sets a few so that tiles are

@@ -78,10 +78,11 @@
 // groups waiting in registers. Copies need no registers, so more bytes can be in flight per SM,
 // and a block asks for its first groups before it waits for the previous kernel, which keeps
 // memory busy across the kernel boundary. Each lane copies and reads back only its own 16-byte
-// chunks, the ones load_weights would give it: the same operands, the same bits. Off by default
-// (measured: BENCHMARKS.md, 2026-11-28 twenty-sixth session). The depths here, as the ones above,
-// can be set with -D for experiments (NERVA_KERNEL_DEFINES); the host's MMA_RING_SHARED and
-// MMA_RING_DEEP_SHARED must then follow.
+// chunks, the ones load_weights would give it: the same operands, the same bits. By default only
+// n1dr, and only for launches of fewer blocks than SMs (`KernelTuning::weight_ring_deep`;
+// measured: BENCHMARKS.md, 2026-11-28 twenty-sixth and twenty-seventh sessions). The depths
+// here, as the ones above, can be set with -D for experiments (NERVA_KERNEL_DEFINES); the host's
+// MMA_RING_SHARED and MMA_RING_DEEP_SHARED must then follow.
 #ifndef MMA_RING
 #define MMA_RING 3
 #endif

@@ -337,8 +337,9 @@ fn main() {
             (mib, bytes_per_s)
         })
         .collect();
-    let bandwidth = bandwidths.iter().map(|&(_, b)| b).fold(f64::NAN, f64::max);
-    assert!(bandwidth > 0.0, "--buffer-mib: at least one buffer");
+    let bandwidth = (bandwidths.iter().map(|&(_, b)| b))
+        .max_by(f64::total_cmp)
+        .expect("--buffer-mib: at least one buffer");
     let weight_bytes = backend.weight_bytes_per_token();
     let tuning = backend.tuning();
     let info = backend.info();

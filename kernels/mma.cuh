@@ -39,11 +39,13 @@
 // rows_rms_inv, as to_half, so a prepared x̂ has the same bits); PLAIN – f32
 // rows rounded as they are; HALF – x̂ prepared by to_half (many tokens: read once as 16-bit).
 // Epilogues as the GEMV's: STORE, ADD (residual), GLU (gate|up rows interleaved in pairs; writes
-// silu(gate) * up).
+// silu(gate) * up); the GEMM's tiles also ROPE (the q|k|v projection of a step with prompt rows:
+// rope_append's work on the finished tile, rope_store_tile).
 #pragma once
 #include "common.cuh"
 #include "activation.cuh"
 #include "norm.cuh"
+#include "rope.cuh"
 #include "tensor_core.cuh"
 #include "wgmma.cuh"
 #include "mbarrier.cuh"
@@ -91,7 +93,26 @@
 #endif
 
 enum { MIN_RMS = 0, MIN_PLAIN = 1, MIN_HALF = 2 };
-enum { MEPI_STORE = 0, MEPI_ADD = 1, MEPI_GLU = 2 };
+enum { MEPI_STORE = 0, MEPI_ADD = 1, MEPI_GLU = 2, MEPI_ROPE = 3 };
+
+// The ROPE epilogue's step (the `mma_rope_*_wgt` entry's parameters after the GEMM's): the rows
+// from `from` on are prompt rows, whose heads rope_append would rotate and append (rope_kv.cu);
+// the rows before it (decode tokens of a mixed step, which the decode attention rotates itself)
+// are stored to y as MEPI_STORE stores them.
+template <typename KV>
+struct RopeEpilogue {
+    StepMeta meta;  // the whole step's, rows as the GEMM's tokens
+    float* q_out;   // rotated queries, row t - from
+    KV* kv;
+    const int* tables;
+    KvGeometry geo;
+    int heads, kv_heads, head_dim, from;
+    const float* q_norm;
+    const float* k_norm;
+    float eps;
+    const float* cos_t;
+    const float* sin_t;
+};
 
 // Eight f32 values rounded to W and packed in 16 bytes.
 template <typename W>
@@ -570,6 +591,78 @@ __device__ __forceinline__ bool gemm_merge_splits(float* ws, int* counters, int 
     return true;
 }
 
+// MEPI_ROPE: a finished 128-row tile of the q|k|v projection, whose rows are whole heads of
+// D = NJ * 64 dims (head_dim 64 or 128). Warp w takes the (token, head) units u = w + 8 i of the
+// tile, all of one head (w % (128 / D)): a prompt row's head as rope_append's warp takes it
+// (rope_dests' destinations, the norm weights and cos/sin through rope_load_table, each lane's
+// values lane + 32 j of either half with the bias added as MEPI_STORE adds it, then rope_apply;
+// a v head's values rounded into the pool): the same operations on the same f32 values, so the
+// same bits as y through rope_append. A decode row's head goes to y as MEPI_STORE writes it.
+// The epilogue is latency-bound (each unit's loads wait on its position, a k or v head's on its
+// page too), so lane i first looks up unit i's position and page, and the units go in batches
+// of ROPE_EPI_BATCH whose loads are all issued before any of them computes. Opt-in
+// (`KernelTuning::rope_epilogue`): measured no faster than rope_append (BENCHMARKS.md,
+// 2026-11-28 thirtieth session).
+#define ROPE_EPI_BATCH 4
+template <typename KV, int BN, int NJ>
+__device__ __forceinline__ void rope_store_tile(const float (*tile)[BN + 1],
+                                                const float* __restrict__ bias,
+                                                float* __restrict__ y, int y_stride, int row0,
+                                                int t0, int R, int T, const RopeEpilogue<KV>& e) {
+    constexpr int D = NJ * 64, PER = GEMM_BM / D, UNITS = BN * PER / MMA_WARPS;
+    static_assert(MMA_WARPS % PER == 0 && UNITS <= 32 && UNITS % ROPE_EPI_BATCH == 0,
+                  "a warp's units: one head, a lane each, whole batches");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r0 = (warp % PER) * D, row = row0 + r0, h = row / D;
+    if (row >= R) return;
+    const bool rotated = h < e.heads + e.kv_heads, pooled = h >= e.heads;
+    const float* nw = h < e.heads ? e.q_norm : e.k_norm;
+    auto token = [&](int i) { return t0 + (warp + MMA_WARPS * i) / PER; };
+    int pos = 0, page = 0;
+    if (lane < UNITS && token(lane) < T && token(lane) >= e.from) {
+        pos = e.meta.position[token(lane)];
+        if (pooled) page = rope_page(e.meta, e.tables, e.geo, token(lane), pos);
+    }
+    auto value = [&](int i, int t) {
+        float v = tile[r0 + i][t];
+        if (bias) v += bias[row + i];
+        return v;
+    };
+    for (int i0 = 0; i0 < UNITS; i0 += ROPE_EPI_BATCH) {
+        RopeLane<NJ> r[ROPE_EPI_BATCH];
+        RopeTarget d[ROPE_EPI_BATCH];
+#pragma unroll
+        for (int b = 0; b < ROPE_EPI_BATCH; ++b) {
+            const int tok = token(i0 + b);
+            d[b] = rope_dests(__shfl_sync(~0u, pos, i0 + b), __shfl_sync(~0u, page, i0 + b),
+                              tok - e.from, h, e.q_out, e.kv, e.geo, e.heads, e.kv_heads, D,
+                              e.cos_t, e.sin_t);
+            if (rotated && tok < T && tok >= e.from)
+                rope_load_table(r[b], nw, d[b].cs, d[b].sn, D, lane);
+        }
+#pragma unroll
+        for (int b = 0; b < ROPE_EPI_BATCH; ++b) {
+            const int tok = token(i0 + b), t = tok - t0;
+            if (tok >= T) continue;
+            if (tok < e.from) {
+                for (int i = lane; i < D; i += 32) y[(size_t)tok * y_stride + row + i] = value(i, t);
+                continue;
+            }
+            KV* pool = static_cast<KV*>(d[b].pool);
+            if (!rotated) {
+                for (int i = lane; i < D; i += 32) narrow(value(i, t), pool + i);
+                continue;
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+                r[b].x1[j] = value(lane + 32 * j, t);
+                r[b].x2[j] = value(lane + 32 * j + D / 2, t);
+            }
+            rope_apply<KV>(r[b], nw, e.eps, D, lane, d[b].q_dst, pool);
+        }
+    }
+}
+
 // A finished 128-row × BN-token tile (sums in shared memory, [row][token]) to y, by rows: the
 // bias, then the epilogue (as mma_body's: for GLU, tile m's rows 4q + e (gate) and 4q + 2 + e
 // (up) give output 8 (row0 / 16 + m) + 2q + e).
@@ -578,9 +671,15 @@ __device__ __forceinline__ void gemm_store_tile(const float (*tile)[BN + 1],
                                                 const float* __restrict__ bias,
                                                 float* __restrict__ y, int y_stride, int row0,
                                                 int t0, int R, int T, W* __restrict__ yh,
-                                                int yh_wg) {
+                                                int yh_wg,
+                                                const RopeEpilogue<W>* rope = nullptr) {
     const int tid = threadIdx.x;
-    if (EPI == MEPI_GLU) {
+    if constexpr (EPI == MEPI_ROPE) {
+        if (rope->head_dim == 64)
+            rope_store_tile<W, BN, 1>(tile, bias, y, y_stride, row0, t0, R, T, *rope);
+        else
+            rope_store_tile<W, BN, 2>(tile, bias, y, y_stride, row0, t0, R, T, *rope);
+    } else if (EPI == MEPI_GLU) {
         for (int i = tid; i < GEMM_BM / 2 * BN; i += MMA_THREADS) {
             const int o = i % (GEMM_BM / 2), t = i / (GEMM_BM / 2);
             const int m = o / 8, q = (o % 8) / 2, e = o % 2;
@@ -634,7 +733,8 @@ __device__ __forceinline__ void gemm_finish(void* smem, const float (&acc)[VALS]
                                             int* counters, const SplitUnit& su,
                                             const float* __restrict__ bias,
                                             float* __restrict__ y, int y_stride, int row0, int t0,
-                                            int R, int T, W* __restrict__ yh, int yh_wg) {
+                                            int R, int T, W* __restrict__ yh, int yh_wg,
+                                            const RopeEpilogue<W>* rope = nullptr) {
     cp_async_wait<0>();
     tile_sync<SYNC>();
     if (su.splits > 1 &&
@@ -648,7 +748,7 @@ __device__ __forceinline__ void gemm_finish(void* smem, const float (&acc)[VALS]
         tile[r][t] = sum[v];
     }
     tile_sync<SYNC>();
-    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T, yh, yh_wg);
+    gemm_store_tile<EPI, BN>(tile, bias, y, y_stride, row0, t0, R, T, yh, yh_wg, rope);
 }
 
 // Group gi's weights for the block's 8 row tiles into stage `a` ([m][h][q][lane], 16 KiB).
@@ -1431,7 +1531,8 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
                                               float* __restrict__ y, int y_stride, int token_tiles,
                                               float* ws, int* counters, int split_plan,
                                               W* __restrict__ yh, int yh_wg,
-                                              const TmaMap* wmap, const TmaMap* xmap) {
+                                              const TmaMap* wmap, const TmaMap* xmap,
+                                              const RopeEpilogue<W>* rope = nullptr) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     typedef WgTile<BN> L;
     constexpr int VALS = L::VALS, STAGES = L::STAGES;
@@ -1575,11 +1676,25 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     };
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
         const WgBlock<BN> blk = unit_at(unit);
+        if constexpr (EPI == MEPI_ROPE) {
+            // No value of the unit before is used here (each unit's chains set sum before they
+            // read it, and each group its fragments), but ptxas cannot see it: it would keep
+            // them live through the rope epilogue, which needs the registers (it spilled 324
+            // bytes).
+#pragma unroll
+            for (int v = 0; v < VALS; ++v) sum[v] = 0.f;
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) fa[i][j][k] = 0;
+        }
         wg_chains(blk.ch, p, acc, sum, fa, first, group, release);
         auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
         gemm_finish<EPI, BN, VALS, decltype(place), 1>(end, acc, sum, place, ws, counters, blk.su,
                                                        bias, y, y_stride, blk.row0, blk.t0, R, T,
-                                                       yh, yh_wg);
+                                                       yh, yh_wg, rope);
         // Every thread is done reading the tile before the next unit's first chain end
         // overwrites it.
         tile_sync<1>();
@@ -1632,6 +1747,18 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
                                          counters, split_plan, yh, yh_wg, &wmap, &xmap);       \
     }
 
+// The q|k|v projection's wgt with the ROPE epilogue (its step after the maps, by value; KV is
+// W, the pool's type). Only its head dims (64, 128) are served: for others the host runs
+// rope_append after the plain wgt.
+#define MMA_WGT_ROPE_ENTRY(NAME, W)                                                            \
+    extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
+        NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
+             const __grid_constant__ TmaMap xmap,                                              \
+             const __grid_constant__ RopeEpilogue<W> rope) {                                   \
+        wgs_gemm_body<W, MEPI_ROPE, 128, true>(w, bias, xh, K, R, T, y, y_stride, token_tiles, \
+                                               ws, counters, split_plan, yh, yh_wg, &wmap,     \
+                                               &xmap, &rope);                                  \
+    }
 
 #define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT, RING)                                 \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT, DEEP))   \
@@ -1678,7 +1805,8 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 #define MMA_DTYPE(DT, W)                                  \
     MMA_FAMILY(rms, MIN_RMS, MEPI_STORE, DT, W)           \
     MMA_FAMILY(plain_add, MIN_PLAIN, MEPI_ADD, DT, W)     \
-    MMA_FAMILY(glu, MIN_RMS, MEPI_GLU, DT, W)
+    MMA_FAMILY(glu, MIN_RMS, MEPI_GLU, DT, W)             \
+    MMA_WGT_ROPE_ENTRY(mma_rope_##DT##_wgt, W)
 
 MMA_DTYPE(bf16, __nv_bfloat16)
 MMA_DTYPE(f16, __half)

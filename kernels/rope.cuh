@@ -3,7 +3,59 @@
 // rotate_half pairs (i, i + D/2) as transformers does, with the CPU reference's f32 cos/sin table.
 #pragma once
 #include "common.cuh"
+#include "kv.cuh"
 #include "norm.cuh"
+
+// Where step row t's head h (q heads, then k, then v) goes once rotated: the position's cos and
+// sin, and the rotated query's row `q_row` of q_out (q heads) or the head's slot in the paged
+// pool (k and v heads); the other destination null. Shared by rope_append and the q|k|v GEMM's
+// rope epilogue (mma.cuh), so both write the same places.
+struct RopeTarget {
+    const float* cs;
+    const float* sn;
+    float* q_dst;
+    void* pool;
+};
+
+// The pool page that holds step row t's position `pos`.
+__device__ __forceinline__ int rope_page(const StepMeta& meta, const int* __restrict__ tables,
+                                         const KvGeometry& geo, int t, int pos) {
+    return tables[(size_t)meta.token_slot[t] * geo.max_pages + pos / geo.page_tokens];
+}
+
+// rope_target once the row's position and (k and v heads) its page are known.
+template <typename KV>
+__device__ __forceinline__ RopeTarget rope_dests(int pos, int page, int q_row, int h,
+                                                 float* __restrict__ q_out, KV* __restrict__ kv,
+                                                 const KvGeometry& geo, int heads, int kv_heads,
+                                                 int head_dim, const float* __restrict__ cos_t,
+                                                 const float* __restrict__ sin_t) {
+    RopeTarget r;
+    r.cs = cos_t + (size_t)pos * (head_dim / 2);
+    r.sn = sin_t + (size_t)pos * (head_dim / 2);
+    r.q_dst = nullptr;
+    r.pool = nullptr;
+    if (h < heads) {
+        r.q_dst = q_out + (size_t)q_row * heads * head_dim + h * head_dim;
+    } else {
+        const int kind = h < heads + kv_heads ? 0 : 1;
+        r.pool = kv + kv_offset(geo, page, kind, pos) + (h - heads - kind * kv_heads) * head_dim;
+    }
+    return r;
+}
+
+template <typename KV>
+__device__ __forceinline__ RopeTarget rope_target(const StepMeta& meta, int t, int q_row, int h,
+                                                  float* __restrict__ q_out, KV* __restrict__ kv,
+                                                  const int* __restrict__ tables,
+                                                  const KvGeometry& geo, int heads, int kv_heads,
+                                                  int head_dim, const float* __restrict__ cos_t,
+                                                  const float* __restrict__ sin_t) {
+    const int pos = meta.position[t];
+    const int page = h < heads ? 0 : rope_page(meta, tables, geo, t, pos);
+    return rope_dests(pos, page, q_row, h, q_out, kv, geo, heads, kv_heads, head_dim, cos_t,
+                      sin_t);
+}
 
 // Elements i and i + half of a head, rotated by (c, s) and stored as f32 (q_dst) or as the KV
 // type (k_dst, whichever is not null).

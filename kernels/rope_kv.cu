@@ -21,12 +21,8 @@
 #define ROPE_TOKENS 2
 
 // Where token t's head h goes: its rows in the projection and its destinations.
-struct RopeHead {
+struct RopeHead : RopeTarget {
     const float* src;  // the head's D projected values
-    const float* cs;   // the position's cos and sin
-    const float* sn;
-    float* q_dst;      // q heads: the rotated query (else null)
-    void* pool;        // k and v heads: the head's slot in the pool (else null)
 };
 
 template <typename KV>
@@ -37,22 +33,10 @@ __device__ __forceinline__ RopeHead rope_head_at(StepMeta meta, const float* __r
                                                  const float* __restrict__ cos_t,
                                                  const float* __restrict__ sin_t, int t, int h) {
     const int q_dim = heads * head_dim, kv_dim = kv_heads * head_dim;
-    const int pos = meta.position[t];
-    const float* row = qkv + (size_t)t * (q_dim + 2 * kv_dim);
     RopeHead r;
-    r.cs = cos_t + (size_t)pos * (head_dim / 2);
-    r.sn = sin_t + (size_t)pos * (head_dim / 2);
-    r.q_dst = nullptr;
-    r.pool = nullptr;
-    if (h < heads) {
-        r.src = row + h * head_dim;
-        r.q_dst = q_out + (size_t)t * q_dim + h * head_dim;
-    } else {
-        const int page = tables[(size_t)meta.token_slot[t] * geo.max_pages + pos / geo.page_tokens];
-        const int kind = h < heads + kv_heads ? 0 : 1;
-        r.src = row + q_dim + (h - heads) * head_dim;
-        r.pool = kv + kv_offset(geo, page, kind, pos) + (h - heads - kind * kv_heads) * head_dim;
-    }
+    static_cast<RopeTarget&>(r) = rope_target(meta, t, t, h, q_out, kv, tables, geo, heads,
+                                              kv_heads, head_dim, cos_t, sin_t);
+    r.src = qkv + (size_t)t * (q_dim + 2 * kv_dim) + h * head_dim;
     return r;
 }
 

@@ -405,7 +405,12 @@ fn kernel_variants_give_identical_bits() {
     let Some(cuda) = device() else { return };
     // TinyLlama: an untied LM head and an intermediate size (160) that is no multiple of the
     // tiled layout's 64 columns, so down_proj's tiles are padded.
-    let presets = presets(&[Preset::Tiny, Preset::TinyLlama], &[Preset::Qwen3_0_6b]);
+    // Qwen2.5-0.5B: head dim 64 with q|k|v biases and 7 query heads per kv head, for the
+    // q|k|v GEMM's rope epilogue (head dims 64 and 128 only, so not on the tiny presets).
+    let presets = presets(
+        &[Preset::Tiny, Preset::TinyLlama],
+        &[Preset::Qwen3_0_6b, Preset::Qwen2_5_0_5b],
+    );
     const PAGES: u32 = 48;
     const SEQS: usize = 20;
     let lengths: Vec<usize> = (0..SEQS)
@@ -731,6 +736,24 @@ fn kernel_variants_give_identical_bits() {
                     weight_ring_deep: RingUse::Always,
                     deep_n1_blocks_per_sm: 1000,
                     ..KernelTuning::baseline()
+                },
+            ),
+            (
+                "the default variants + the q|k|v GEMM's rope epilogue instead of rope_append",
+                KernelTuning {
+                    rope_epilogue: true,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "the default variants + the q|k|v rope epilogue on 128-token GEMM tiles from 9 \
+                 tokens (mixed steps: decode rows stored for the decode attention)",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_narrow: false,
+                    gemm_min_k: 0,
+                    rope_epilogue: true,
+                    ..KernelTuning::default()
                 },
             ),
             (

@@ -255,6 +255,8 @@ struct Kernels {
     gemv_glu: [GemvFamily; 1],
     /// The tensor-core projections (mma.cuh, built as mma.cu or mma_tiled.cu): rms, plain_add, glu.
     mma: [MmaFamily; 3],
+    /// The q|k|v projection's `wgt` with the rope epilogue (`KernelTuning::rope_epilogue`).
+    qkv_rope: Kernel,
     embed: Kernel,
     rope_append: Kernel,
     attn_split: Kernel,
@@ -370,6 +372,26 @@ struct KvGeometryArg {
     page_tokens: i32,
     kv_dim: i32,
     max_pages: i32,
+}
+
+/// The kernels' `RopeEpilogue` (kernels/mma.cuh), passed by value to `mma_rope_*_wgt`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RopeEpilogueArg {
+    meta: StepMetaArg,
+    q_out: u64,
+    kv: u64,
+    tables: u64,
+    geo: KvGeometryArg,
+    heads: i32,
+    kv_heads: i32,
+    head_dim: i32,
+    from: i32,
+    q_norm: u64,
+    k_norm: u64,
+    eps: f32,
+    cos: u64,
+    sin: u64,
 }
 
 /// The kernels' `L2Prefetch` (kernels/common.cuh): address ranges asked into L2.
@@ -598,6 +620,10 @@ struct Proj {
     half_out: Option<bool>,
     /// This projection's inputs were prepared in `xb` by the kernel before it, in this order.
     prepared: Option<bool>,
+    /// The q|k|v projection of layer `.0` in a step whose prompt rows start at row `.1`: where
+    /// it runs `wgt`, its epilogue rotates and appends those rows' heads
+    /// (`KernelTuning::rope_epilogue`) and `mma` says so.
+    rope: Option<(usize, usize)>,
 }
 
 /// A projection kernel's parameters in their C types: gemv.cu and mma.cu take the same list,
@@ -1317,6 +1343,7 @@ impl CudaBackend {
                 "mma.cu" | "mma_tiled.cu" => ["rms", "plain_add", "glu"]
                     .iter()
                     .flat_map(|mode| MMA_VARIANTS.map(move |v| format!("mma_{mode}_{dt}_{v}")))
+                    .chain([format!("mma_rope_{dt}_wgt")])
                     .collect(),
                 other => return Err(BackendError::Device(format!("unexpected module {other}"))),
             };
@@ -1358,6 +1385,7 @@ impl CudaBackend {
                 module_kernels[6][2],
             ],
             add_bias: module_kernels[6][3],
+            qkv_rope: module_kernels[7][3 * MMA_VARIANTS.len()],
             mma: [0, 1, 2].map(|mode| {
                 let n = MMA_VARIANTS.len();
                 let m = &module_kernels[7][mode * n..(mode + 1) * n];
@@ -1536,6 +1564,17 @@ impl CudaBackend {
         {
             tracing::warn!(arch, "the wgmma GEMM with tensor copies cannot run ({e})");
             tuning.wg_tma = false;
+        }
+        // Its rope epilogue: the same shared memory; where refused, rope_append runs.
+        tuning.rope_epilogue &= tuning.wg_tma && matches!(config.head_dim, 64 | 128);
+        if tuning.rope_epilogue {
+            match gpu.with_dynamic_shared(k.qkv_rope, wg_bytes) {
+                Ok(kernel) => k.qkv_rope = kernel,
+                Err(e) => {
+                    tracing::warn!(arch, "the q|k|v GEMM's rope epilogue cannot run ({e})");
+                    tuning.rope_epilogue = false;
+                }
+            }
         }
         // The persistent 64-token tiles: the same bits as wg64, which runs them where refused.
         if !tuning.wgmma {
@@ -1793,8 +1832,9 @@ impl CudaBackend {
         }
     }
 
-    /// Projection `p` of `t` tokens through the configured decode-projection kernels.
-    fn token_proj(&mut self, p: &Proj, t: usize) -> Result<(), BackendError> {
+    /// Projection `p` of `t` tokens through the configured decode-projection kernels; whether
+    /// its epilogue did `Proj::rope`'s work.
+    fn token_proj(&mut self, p: &Proj, t: usize) -> Result<bool, BackendError> {
         let ks = self.k;
         let tensor = match self.projections {
             Projections::Tensor => true,
@@ -1815,7 +1855,7 @@ impl CudaBackend {
                 Input::PlainAdd | Input::GluAdd => &ks.gemv_plain_add,
                 Input::RmsGlu => &ks.gemv_glu,
             };
-            self.gemv(families, p, t)
+            self.gemv(families, p, t).map(|()| false)
         }
     }
 
@@ -1866,14 +1906,15 @@ impl CudaBackend {
 
     /// The tensor-core projection (mma.cuh) of `t` tokens, shaped by `mma_launch`. Past one
     /// n-tile (or from `KernelTuning::prepared_from` tokens) the inputs are prepared once by
-    /// to_half into `xa` (normalized, gathered, rounded) instead of by every block.
+    /// to_half into `xa` (normalized, gathered, rounded) instead of by every block. Returns
+    /// whether the launch's epilogue did `Proj::rope`'s work (`rope_epilogue`).
     fn mma(
         &mut self,
         family: &MmaFamily,
         prep: Kernel,
         p: &Proj,
         t: usize,
-    ) -> Result<(), BackendError> {
+    ) -> Result<bool, BackendError> {
         let shape = mma_launch(t, p.r, p.k, self.sms as usize, &self.tuning);
         let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
         let wg = self.wgmma_inputs(&shape, p.k);
@@ -1922,6 +1963,14 @@ impl CudaBackend {
             args
         };
         let args = GemmMaps::append(maps.as_ref(), args);
+        let rope = p
+            .rope
+            .filter(|_| variant == MMA_WGT && self.tuning.rope_epilogue)
+            .map(|(layer, from)| self.rope_epilogue(layer, from));
+        let (kernel, args) = match &rope {
+            Some(r) => (self.k.qkv_rope, args.arg(r)),
+            None => (family.kernel(variant), args),
+        };
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
         // float* y, int y_stride, int token_tiles, W* yh, int yh_wg), the GEMM's with
@@ -1938,14 +1987,48 @@ impl CudaBackend {
         // `wg_tma`) with the maps of those same w and xh, in any number of blocks (each walks the
         // units b, b + blocks, ... of the tiles × splits; none waits for another); the
         // persistent one (`wg64s`) in `wg_stream_blocks` blocks, at most one per SM, so its
-        // shared tiles (fewer than its blocks) stay within ws and counters.
+        // shared tiles (fewer than its blocks) stay within ws and counters. mma_rope_*_wgt
+        // (wgt's list, then RopeEpilogue by value) takes the q|k|v projection of its step: the
+        // rows' positions index the rope tables and their block tables cover them (validated
+        // for rope_append, which it stands in for), q_out holds max_step_tokens × q_dim floats.
         unsafe {
-            self.gpu.launch(
-                family.kernel(variant),
-                (blocks, 1, 1),
-                mma_threads(variant),
-                args,
-            )
+            self.gpu
+                .launch(kernel, (blocks, 1, 1), mma_threads(variant), args)
+        }?;
+        Ok(rope.is_some())
+    }
+
+    /// The step's first row of prompt attention (`enqueue_attention`): past the decode rows
+    /// where those run the decode attention, else 0.
+    fn prompt_rows_from(&self, singles: usize) -> usize {
+        if singles > 0 && self.tuning.mixed_decode_attention {
+            singles
+        } else {
+            0
+        }
+    }
+
+    /// The rope epilogue's step for layer `li`'s q|k|v projection, prompt rows from `from`:
+    /// what rope_append would take.
+    fn rope_epilogue(&self, li: usize, from: usize) -> RopeEpilogueArg {
+        let a = self.attn_scalars();
+        let b = self.bufs;
+        let l = self.layers[li];
+        RopeEpilogueArg {
+            meta: self.meta_arg(),
+            q_out: b.q.ptr,
+            kv: b.kv.ptr,
+            tables: b.tables.ptr,
+            geo: self.geometry(li),
+            heads: a.heads,
+            kv_heads: a.kv_heads,
+            head_dim: a.head_dim,
+            from: from as i32,
+            q_norm: l.q_norm.ptr,
+            k_norm: l.k_norm.ptr,
+            eps: a.eps,
+            cos: b.cos.ptr,
+            sin: b.sin.ptr,
         }
     }
 
@@ -2001,7 +2084,8 @@ impl CudaBackend {
     /// tokens: the prefill rows after them, when there are at least GEMM_MIN_TOKENS, through
     /// cuBLAS (input prepared and rounded to 16 bits by to_half); the rest through the GEMV
     /// kernels.
-    fn project(&mut self, p: Proj, t: usize, singles: usize) -> Result<(), BackendError> {
+    /// Returns whether the projection's epilogue did `Proj::rope`'s work.
+    fn project(&mut self, p: Proj, t: usize, singles: usize) -> Result<bool, BackendError> {
         let split = if self.blas.is_some() && t - singles >= GEMM_MIN_TOKENS {
             singles
         } else {
@@ -2012,11 +2096,9 @@ impl CudaBackend {
             Input::PlainAdd => self.k.to_half[1],
             Input::GluAdd => self.k.to_half[2],
         };
-        if split > 0 {
-            self.token_proj(&p, split)?;
-        }
+        let rotated = split > 0 && self.token_proj(&p, split)?;
         if split == t {
-            return Ok(());
+            return Ok(rotated);
         }
         let m = t - split;
         let (t0, r_i) = (split as i32, p.r as i32);
@@ -2058,7 +2140,7 @@ impl CudaBackend {
                 )
             }?;
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Enqueue the forward pass of `t` tokens through the last hidden state (no LM head). The
@@ -2098,7 +2180,8 @@ impl CudaBackend {
         let down_input = self.prepared_order(t, h, inter);
         for li in 0..c.num_hidden_layers {
             let l = self.layers[li];
-            self.project(
+            // Whether the q|k|v epilogue rotated and appended the prompt rows' heads.
+            let rotated = self.project(
                 Proj {
                     input: Input::Rms,
                     w: l.qkv,
@@ -2117,11 +2200,12 @@ impl CudaBackend {
                     gemm_y_stride: qkv_w,
                     half_out: None,
                     prepared: None,
+                    rope: (singles < t).then(|| (li, self.prompt_rows_from(singles))),
                 },
                 t,
                 singles,
             )?;
-            self.enqueue_attention(li, t, singles, o_input)?;
+            self.enqueue_attention(li, t, singles, o_input, rotated)?;
             self.project(
                 Proj {
                     input: Input::PlainAdd,
@@ -2141,6 +2225,7 @@ impl CudaBackend {
                     gemm_y_stride: hidden,
                     half_out: None,
                     prepared: o_input,
+                    rope: None,
                 },
                 t,
                 singles,
@@ -2164,6 +2249,7 @@ impl CudaBackend {
                     gemm_y_stride: (2 * inter) as i32,
                     half_out: down_input,
                     prepared: None,
+                    rope: None,
                 },
                 t,
                 singles,
@@ -2187,6 +2273,7 @@ impl CudaBackend {
                     gemm_y_stride: hidden,
                     half_out: None,
                     prepared: down_input,
+                    rope: None,
                 },
                 t,
                 singles,
@@ -2201,25 +2288,25 @@ impl CudaBackend {
     /// rows through them too (`KernelTuning::mixed_decode_attention`) and its prompt rows
     /// through rope_append (every key and value of those rows in the pool first), attn_prefill
     /// (or attn_split) and attn_combine. Every way gives the same bits.
+    /// `rotated`: the q|k|v projection's epilogue did rope_append's work already.
     fn enqueue_attention(
         &mut self,
         li: usize,
         t: usize,
         singles: usize,
         half: Option<bool>,
+        rotated: bool,
     ) -> Result<(), BackendError> {
         if singles == t {
             return self.enqueue_decode_attention(li, t, true, half);
         }
         // In attn_prefill a block takes many tokens and walks each sequence's tiles in turn:
         // a block of decode tokens of different sequences would walk them one after another.
-        let off = if singles > 0 && self.tuning.mixed_decode_attention {
+        let off = self.prompt_rows_from(singles);
+        if off > 0 {
             self.enqueue_decode_attention(li, singles, false, half)?;
-            singles
-        } else {
-            0
-        };
-        self.enqueue_prompt_attention(li, off, t - off, half)
+        }
+        self.enqueue_prompt_attention(li, off, t - off, half, rotated)
     }
 
     /// Where the attention of the step's rows from `off` on also writes its outputs rounded to
@@ -2379,6 +2466,7 @@ impl CudaBackend {
         off: usize,
         t: usize,
         half: Option<bool>,
+        rotated: bool,
     ) -> Result<(), BackendError> {
         let AttnScalars {
             heads,
@@ -2403,33 +2491,37 @@ impl CudaBackend {
         let c = &self.config;
         let qkv = b.qkv.at(off * (c.q_dim() + 2 * c.kv_dim()) * 4);
         let attn = b.attn.at(off * c.q_dim() * 4);
-        // SAFETY: rope_append_*(StepMeta, const float* qkv, float* q_out, KV* kv,
-        // const int* tables, KvGeometry, int heads, int kv_heads, int head_dim,
-        // const float* q_norm, const float* k_norm, float eps, const float* cos,
-        // const float* sin): positions < max_context (validated) index the rope tables and
-        // the block tables cover them (validated), so every KV write lands in the pool.
-        unsafe {
-            self.gpu.launch(
-                self.k.rope_append,
-                rope_grid,
-                rope_threads,
-                Args::new()
-                    .arg(&meta)
-                    .arg(&qkv)
-                    .arg(&b.q.ptr)
-                    .arg(&b.kv.ptr)
-                    .arg(&b.tables.ptr)
-                    .arg(&geo)
-                    .arg(&heads)
-                    .arg(&kv_heads)
-                    .arg(&hd)
-                    .arg(&l.q_norm.ptr)
-                    .arg(&l.k_norm.ptr)
-                    .arg(&eps)
-                    .arg(&b.cos.ptr)
-                    .arg(&b.sin.ptr),
-            )
-        }?;
+        // Unless the q|k|v projection's epilogue did it (`rotated`): every key and value of
+        // the rows to the pool, their queries rotated into q.
+        if !rotated {
+            // SAFETY: rope_append_*(StepMeta, const float* qkv, float* q_out, KV* kv,
+            // const int* tables, KvGeometry, int heads, int kv_heads, int head_dim,
+            // const float* q_norm, const float* k_norm, float eps, const float* cos,
+            // const float* sin): positions < max_context (validated) index the rope tables and
+            // the block tables cover them (validated), so every KV write lands in the pool.
+            unsafe {
+                self.gpu.launch(
+                    self.k.rope_append,
+                    rope_grid,
+                    rope_threads,
+                    Args::new()
+                        .arg(&meta)
+                        .arg(&qkv)
+                        .arg(&b.q.ptr)
+                        .arg(&b.kv.ptr)
+                        .arg(&b.tables.ptr)
+                        .arg(&geo)
+                        .arg(&heads)
+                        .arg(&kv_heads)
+                        .arg(&hd)
+                        .arg(&l.q_norm.ptr)
+                        .arg(&l.k_norm.ptr)
+                        .arg(&eps)
+                        .arg(&b.cos.ptr)
+                        .arg(&b.sin.ptr),
+                )
+            }?;
+        }
         // attn_prefill where it is built (a block's tokens share each KV tile: as many as
         // ATTN_PREFILL_ROWS (token, head) rows allow, for the group size it is compiled for),
         // else attn_split (one block per token). The same partials either way.
@@ -2548,6 +2640,7 @@ impl CudaBackend {
                 gemm_y_stride: vocab as i32,
                 half_out: None,
                 prepared: None,
+                rope: None,
             },
             rows,
         )?;

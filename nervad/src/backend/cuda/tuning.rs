@@ -166,6 +166,16 @@ pub struct KernelTuning {
     /// Most blocks of a persistent `wgs`/`wgt` launch (0: one per SM); the bit-identity test
     /// sets a few so that every block walks several tiles.
     pub wg_persistent_blocks: u32,
+    /// A step with prompt rows whose q|k|v projection runs `wgt` (head dims 64 and 128) rotates
+    /// and appends its heads in that GEMM's epilogue (`mma_rope_*_wgt`, mma.cuh MEPI_ROPE:
+    /// rope_append's operations on the finished tile, the same bits) instead of storing the
+    /// f32 projection for a rope_append launch to read back: one launch and a round trip of the
+    /// projection through memory fewer per layer. Off: measured (2026-11-28 thirtieth session,
+    /// H200, qwen3-8b, same binary alternating three times) prompts of 512–2,048 tokens within
+    /// ±0.4% (2,048: 75.86 → 75.53 GPU ms) and a step of 64 decode tokens with a 512-token
+    /// chunk 1.6% slower (25.67 → 26.08): the epilogue, latency-bound on each unit's table
+    /// loads, costs the tiles about what rope_append cost on its own.
+    pub rope_epilogue: bool,
 }
 
 /// Which 64-token wgmma GEMM launches run persistent (`KernelTuning::wg_stream`).
@@ -263,6 +273,7 @@ impl Default for KernelTuning {
             wg_stream_blocks: 0,
             wg_persistent: false,
             wg_persistent_blocks: 0,
+            rope_epilogue: false,
         }
     }
 }
@@ -300,6 +311,7 @@ impl KernelTuning {
             wg_stream_blocks: 0,
             wg_persistent: false,
             wg_persistent_blocks: 0,
+            rope_epilogue: false,
         }
     }
 
@@ -314,7 +326,7 @@ impl KernelTuning {
     /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=<0 off, 1 always, 2 below one wave>`,
     /// `NERVA_MMA_RING_DEEP=<the same>`, `NERVA_CARVEOUT=<percent>`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
-    /// `NERVA_WG_STREAM_BLOCKS=<blocks>` applied (`0` turns a variant off;
+    /// `NERVA_WG_STREAM_BLOCKS=<blocks>`, `NERVA_ROPE_EPILOGUE=1` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -405,6 +417,7 @@ impl KernelTuning {
             wg_persistent: var("NERVA_WG_PERSISTENT").map_or(d.wg_persistent, |v| v != 0),
             wg_persistent_blocks: var("NERVA_WG_PERSISTENT_BLOCKS")
                 .map_or(d.wg_persistent_blocks, |v| v as u32),
+            rope_epilogue: var("NERVA_ROPE_EPILOGUE").map_or(d.rope_epilogue, |v| v != 0),
         }
     }
 }

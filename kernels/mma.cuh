@@ -113,6 +113,7 @@ struct RopeEpilogue {
     const float* cos_t;
     const float* sin_t;
 };
+static_assert(sizeof(RopeEpilogue<__half>) == 176, "the host's RopeEpilogueArg (cuda/mod.rs)");
 
 // Eight f32 values rounded to W and packed in 16 bytes.
 template <typename W>

@@ -393,6 +393,8 @@ struct RopeEpilogueArg {
     cos: u64,
     sin: u64,
 }
+// The C struct's size (mma.cuh asserts the same there).
+const _: () = assert!(std::mem::size_of::<RopeEpilogueArg>() == 176);
 
 /// The kernels' `L2Prefetch` (kernels/common.cuh): address ranges asked into L2.
 #[repr(C)]

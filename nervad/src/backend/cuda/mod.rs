@@ -2098,7 +2098,10 @@ impl CudaBackend {
             Input::PlainAdd => self.k.to_half[1],
             Input::GluAdd => self.k.to_half[2],
         };
-        let rotated = split > 0 && self.token_proj(&p, split)?;
+        // The epilogue's rope only where one launch takes every row: cuBLAS rows are stored as
+        // they are, and rope_append then reads back every prompt row.
+        let rope = p.rope.filter(|_| split == t);
+        let rotated = split > 0 && self.token_proj(&Proj { rope, ..p }, split)?;
         if split == t {
             return Ok(rotated);
         }

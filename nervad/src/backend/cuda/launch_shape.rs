@@ -613,13 +613,13 @@ mod tests {
 
     #[test]
     fn persistent_wgs_launches_one_block_per_sm_at_most() {
-        let off = KernelTuning::default();
-        assert!(!off.wg_persistent);
-        assert_eq!(wgs_blocks(3072, SMS, &off), 3072);
-        let on = KernelTuning {
-            wg_persistent: true,
-            ..off
+        let on = KernelTuning::default();
+        assert!(on.wg_persistent);
+        let off = KernelTuning {
+            wg_persistent: false,
+            ..on
         };
+        assert_eq!(wgs_blocks(3072, SMS, &off), 3072);
         assert_eq!(wgs_blocks(3072, SMS, &on), SMS as u32);
         assert_eq!(wgs_blocks(100, SMS, &on), 100);
         let capped = KernelTuning {

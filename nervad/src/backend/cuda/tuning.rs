@@ -156,12 +156,13 @@ pub struct KernelTuning {
     /// The warp-specialized wgmma GEMM (`wgs`, `wgt`) runs persistent: at most one block per SM
     /// (`wgs_blocks`), each walking the launch's tiles b, b + blocks, ... through one stage ring,
     /// so that a tile's first groups are staged while the tile before ends (its last groups, its
-    /// epilogue) instead of after its block has left the SM; the same bits. Off: measured
-    /// (2026-11-27 twenty-third session, qwen3-8b, same binary) each prompt GEMM alone ran 2–3%
-    /// faster on an H200 (2,048 tokens: gate|up 988.8 → 961.2 µs, o 171.0 → 165.7, q|k|v 238.5
-    /// → 233.6; down +0.8%), but whole 2,048-token prompts moved −0.2% there and +0.9–1.3% on an
-    /// H100 (77.58 → 78.32 ms) at the same power and SM clock. Likely cause: the fixed stride
-    /// lets blocks drift apart, so the tiles in flight share fewer weight rows in L2.
+    /// epilogue) instead of after its block has left the SM; the same bits. On: a step of 64
+    /// decode tokens and a 512-token prompt chunk (the daemon's steady state under load) ran
+    /// 1.8–2.2% faster on qwen3-8b in five same-binary pairs on H200s (2026-11-28 thirtieth
+    /// session, twice; thirty-first session, three times: 25.74 → 25.17 GPU ms), with decode-only
+    /// steps and lone 2,048-token prompts unchanged (±0.3%). The twenty-third session had
+    /// measured lone 2,048-token prompts +0.9–1.3% on an H100 (77.58 → 78.32 ms), on the GEMM
+    /// of that time (before its tail plans); not measured on an H100 since.
     pub wg_persistent: bool,
     /// Most blocks of a persistent `wgs`/`wgt` launch (0: one per SM); the bit-identity test
     /// sets a few so that every block walks several tiles.
@@ -271,7 +272,7 @@ impl Default for KernelTuning {
             weight_ring_deep: RingUse::BelowOneWave,
             carveout: None,
             wg_stream_blocks: 0,
-            wg_persistent: false,
+            wg_persistent: true,
             wg_persistent_blocks: 0,
             rope_epilogue: false,
         }

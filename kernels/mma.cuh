@@ -74,6 +74,14 @@
 #ifndef MMA_DEEP_DEPTH
 #define MMA_DEEP_DEPTH 4
 #endif
+// The same for the residual-add form (o and down), which has the registers for five groups (122
+// at five, no spill, where the norm prologue's forms reach 128 and spill): five measured 2.6%
+// faster on qwen3-8b's batch-1 step on an H200 (BENCHMARKS.md, 2026-11-28 thirty-first
+// session), not yet through the GPU tests, so four until then (-DMMA_DEEP_DEPTH_ADD=5 through
+// NERVA_KERNEL_DEFINES to try it).
+#ifndef MMA_DEEP_DEPTH_ADD
+#define MMA_DEEP_DEPTH_ADD MMA_DEEP_DEPTH
+#endif
 // The weight ring (n1r, n1dr, n1hr: n1, n1d, n1h with `KernelTuning::weight_ring`): each
 // warp's next MMA_RING groups of weights (MMA_RING_DEEP for n1dr) stream into shared memory by
 // cp.async (2 KiB per warp and group, the launch's dynamic shared memory) instead of DEPTH
@@ -228,8 +236,9 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     // Groups of weights in flight per warp: deep where few accumulators leave registers free
     // (one n-tile: batch 1 must read at the bandwidth with only R / 16 blocks); with the ring,
     // only the group being multiplied.
+    constexpr int DEEP_DEPTH = EPI == MEPI_ADD ? MMA_DEEP_DEPTH_ADD : MMA_DEEP_DEPTH;
     constexpr int DEPTH = RING              ? 1
-                          : DEEP            ? MMA_DEEP_DEPTH
+                          : DEEP            ? DEEP_DEPTH
                           : MT * NT == 1    ? MMA_N1_DEPTH
                           : MT * NT <= 4    ? 2
                                             : 1;

@@ -74,11 +74,11 @@
 #ifndef MMA_DEEP_DEPTH
 #define MMA_DEEP_DEPTH 4
 #endif
-// The same for the residual-add form (o and down), which has the registers for five groups (122
-// at five, no spill, where the norm prologue's forms reach 128 and spill): five measured 2.6%
-// faster on qwen3-8b's batch-1 step on an H200 (BENCHMARKS.md, 2026-11-28 thirty-first
-// session), not yet through the GPU tests, so four until then (-DMMA_DEEP_DEPTH_ADD=5 through
-// NERVA_KERNEL_DEFINES to try it).
+// The same for the residual-add form (o and down), which has the registers for five groups
+// (122 at five, no spill, where the norm prologue's forms reach 128, q|k|v's spilling): five
+// measured 2.6% faster on qwen3-8b's batch-1 step on an H200 (BENCHMARKS.md, 2026-11-28
+// thirty-first session), not yet through the GPU tests, so four until then
+// (-DMMA_DEEP_DEPTH_ADD=5 through NERVA_KERNEL_DEFINES to try it).
 #ifndef MMA_DEEP_DEPTH_ADD
 #define MMA_DEEP_DEPTH_ADD MMA_DEEP_DEPTH
 #endif

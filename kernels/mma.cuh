@@ -74,13 +74,12 @@
 #ifndef MMA_DEEP_DEPTH
 #define MMA_DEEP_DEPTH 4
 #endif
-// The same for the residual-add form (o and down), which has the registers for five groups
-// (122 at five, no spill, where the norm prologue's forms reach 128, q|k|v's spilling): five
-// measured 2.6% faster on qwen3-8b's batch-1 step on an H200 (BENCHMARKS.md, 2026-11-28
-// thirty-first session), not yet through the GPU tests, so four until then
-// (-DMMA_DEEP_DEPTH_ADD=5 through NERVA_KERNEL_DEFINES to try it).
+// The residual-add form (o and down) has the registers for five groups (122 at five, no spill,
+// where the norm prologue's forms reach 128 and q|k|v's spill): five made qwen3-8b's batch-1
+// step 2.6% faster on an H200 (4.488 -> 4.370 ms; batch 8 and qwen3-0.6b unchanged;
+// BENCHMARKS.md, 2026-11-28 thirty-first and thirty-second sessions).
 #ifndef MMA_DEEP_DEPTH_ADD
-#define MMA_DEEP_DEPTH_ADD MMA_DEEP_DEPTH
+#define MMA_DEEP_DEPTH_ADD 5
 #endif
 // The weight ring (n1r, n1dr, n1hr: n1, n1d, n1h with `KernelTuning::weight_ring`): each
 // warp's next MMA_RING groups of weights (MMA_RING_DEEP for n1dr) stream into shared memory by

@@ -220,7 +220,7 @@ __device__ __forceinline__ void load_weights(const W* __restrict__ w, int row0, 
 #endif
 }
 
-template <typename W, int NT, int MT, int IN, int EPI, int DEEP, int SPLIT, int RING>
+template <typename W, int NT, int MT, int IN, int EPI, int DEEP, int SPLIT, int RING, int PERSIST>
 __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* __restrict__ bias,
                                          const float* __restrict__ x, int x_stride,
                                          const W* __restrict__ xh, const int* __restrict__ x_rows,
@@ -242,6 +242,7 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                           : MT * NT <= 4    ? 2
                                             : 1;
     static_assert(IN != MIN_RMS || NT == 1, "the in-kernel norm serves one n-tile");
+    static_assert(!PERSIST || (MT * NT == 1 && !SPLIT && !RING), "persistent: one n-tile");
     // Warp partials: warps w and w + 4 share row w (see the merge).
     __shared__ float red[MMA_WARPS / 2][ROWS][TT + 1];
     __shared__ double ss_red[4][IN == MIN_RMS ? TT : 1];
@@ -249,9 +250,17 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     __shared__ int rows_s[TT];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, c = lane & 3;
-    const int row0 = (blockIdx.x / token_tiles) * ROWS;
+    const int row_first = (blockIdx.x / token_tiles) * ROWS;
     const int first = (blockIdx.x % token_tiles) * TT;
     const int groups = (K + MMA_GROUP - 1) / MMA_GROUP;
+    // Persistent (PERSIST): the block walks the row tiles blockIdx.x, + gridDim.x, ... Where
+    // every warp takes a multiple of DEPTH groups per tile (`chain`), the stream of a warp's
+    // groups runs on across tiles: the refill of a slot past this tile's last group loads the
+    // next tile's group that lands in that same slot, so the next tile's first weights are in
+    // flight during this tile's last mma, merge and store. Otherwise each tile starts its own
+    // loads as a new block would. The same sums per tile: the same bits.
+    const bool chain = PERSIST && groups % (MMA_WARPS * DEPTH) == 0;
+    int row0 = row_first;
     // The weight ring (RING groups per warp, 0: none): this warp's slots [slot][h * 2 + q][lane]
     // of 16 bytes.
     static_assert(RING == 0 || (MT * NT == 1 && !SPLIT), "the ring serves one n-tile");
@@ -301,14 +310,6 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
         if (IN == MIN_RMS)
             rows_rms_inv<TT>(x, x_stride, rows_s, T - t0, K, eps, &ss_red[0][0], inv_s);
 
-        float acc[MT][NT][4];
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
-
         // This thread's token of each n-tile (g), or -1 past T.
         int tok[NT];
         float inv[NT];
@@ -319,120 +320,147 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
             inv[n] = IN == MIN_RMS ? inv_s[i] : 1.f;
         }
 
-        // Groups warp, warp + 8, ... in order; slot d of the registers holds group gi + 8 d and
-        // is refilled DEPTH groups ahead as soon as its mma are issued. With the ring (one slot
-        // of registers), the group first waits in its ring slot until its copies landed (RING
-        // - 1 younger commit groups may still be in flight) and is read back into the
-        // registers, and the ring slot is refilled RING groups ahead once its mma have read
-        // them.
-        int slot = 0;
-        for (int base = warp; base < groups; base += MMA_WARPS * DEPTH) {
+        for (;;) {
+            float acc[MT][NT][4];
 #pragma unroll
-            for (int d = 0; d < DEPTH; ++d) {
-                const int gi = base + d * MMA_WARPS;
-                if (gi >= groups) break;
-                const int kb = gi * MMA_GROUP;
-                if (RING) {
-                    cp_async_wait<(RING > 0 ? RING - 1 : 0)>();
+            for (int m = 0; m < MT; ++m)
 #pragma unroll
-                    for (int j = 0; j < 4; ++j)
-                        wr[d][0][j >> 1][j & 1] = lds128(my_ring + (slot * 4 + j) * 512);
-                }
+                for (int n = 0; n < NT; ++n)
 #pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    uint4 xb[2];
-#pragma unroll
-                    for (int q = 0; q < 2; ++q)
-                        xb[q] = tok[n] >= 0
-                                    ? load_xhat<W, IN>(x, x_stride, xh, tok[n], t0 + 8 * n + g,
-                                                       kb + 32 * q + 8 * c, K, norm_w, inv[n])
-                                    : make_uint4(0, 0, 0, 0);
-                    const u32* bw = reinterpret_cast<const u32*>(xb);
-#pragma unroll
-                    for (int m = 0; m < MT; ++m) {
-                        const u32* lo = reinterpret_cast<const u32*>(wr[d][m][0]);
-                        const u32* hi = reinterpret_cast<const u32*>(wr[d][m][1]);
-#pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            // Elements 4j .. 4j+3 of the thread's 16: words 2j, 2j + 1.
-                            const u32 a[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1], hi[2 * j + 1]};
-                            mma_16816(acc[m][n], a, bw[2 * j], bw[2 * j + 1], w);
-                        }
-                    }
-                }
-                if (RING) {
-                    ring_fill(slot, gi + RING * MMA_WARPS);
-                    slot = slot + 1 == RING ? 0 : slot + 1;
-                } else {
-                    const int ahead = gi + DEPTH * MMA_WARPS;
-                    if (ahead < groups)
-                        load_weights<W, MT>(w, row0, R, K, ahead * MMA_GROUP, g, c, wr[d]);
-                }
-            }
-        }
+                    for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+            // The block's next row tile (persistent), past R when none.
+            const int next_row0 = PERSIST ? row0 + (int)gridDim.x * ROWS : R;
 
-        // Merge in a fixed order: (w0 + w4) + (w1 + w5) + (w2 + w6) + (w3 + w7). C fragment:
-        // (row g, tokens 2c, 2c + 1) and (row g + 8, the same tokens).
+            // Groups warp, warp + 8, ... in order; slot d of the registers holds group gi + 8 d
+            // and is refilled DEPTH groups ahead as soon as its mma are issued. With the ring (one
+            // slot of registers), the group first waits in its ring slot until its copies landed
+            // (RING - 1 younger commit groups may still be in flight) and is read back into the
+            // registers, and the ring slot is refilled RING groups ahead once its mma have read
+            // them.
+            int slot = 0;
+            for (int base = warp; base < groups; base += MMA_WARPS * DEPTH) {
 #pragma unroll
-        for (int half = 1; half >= 0; --half) {
-            if ((warp >> 2) == half) {
-                float(&r)[ROWS][TT + 1] = red[warp & 3];
+                for (int d = 0; d < DEPTH; ++d) {
+                    const int gi = base + d * MMA_WARPS;
+                    if (gi >= groups) break;
+                    const int kb = gi * MMA_GROUP;
+                    if (RING) {
+                        cp_async_wait<(RING > 0 ? RING - 1 : 0)>();
 #pragma unroll
-                for (int m = 0; m < MT; ++m)
+                        for (int j = 0; j < 4; ++j)
+                            wr[d][0][j >> 1][j & 1] = lds128(my_ring + (slot * 4 + j) * 512);
+                    }
 #pragma unroll
                     for (int n = 0; n < NT; ++n) {
-                        const int ro = 16 * m + g, t = 8 * n + 2 * c;
+                        uint4 xb[2];
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            float& slot = r[ro + 8 * (e >> 1)][t + (e & 1)];
-                            slot = half ? acc[m][n][e] : acc[m][n][e] + slot;
+                        for (int q = 0; q < 2; ++q)
+                            xb[q] = tok[n] >= 0
+                                        ? load_xhat<W, IN>(x, x_stride, xh, tok[n], t0 + 8 * n + g,
+                                                           kb + 32 * q + 8 * c, K, norm_w, inv[n])
+                                        : make_uint4(0, 0, 0, 0);
+                        const u32* bw = reinterpret_cast<const u32*>(xb);
+#pragma unroll
+                        for (int m = 0; m < MT; ++m) {
+                            const u32* lo = reinterpret_cast<const u32*>(wr[d][m][0]);
+                            const u32* hi = reinterpret_cast<const u32*>(wr[d][m][1]);
+#pragma unroll
+                            for (int j = 0; j < 4; ++j) {
+                                // Elements 4j .. 4j+3 of the thread's 16: words 2j, 2j + 1.
+                                const u32 a[4] = {lo[2 * j], hi[2 * j], lo[2 * j + 1],
+                                                  hi[2 * j + 1]};
+                                mma_16816(acc[m][n], a, bw[2 * j], bw[2 * j + 1], w);
+                            }
                         }
                     }
+                    if (RING) {
+                        ring_fill(slot, gi + RING * MMA_WARPS);
+                        slot = slot + 1 == RING ? 0 : slot + 1;
+                    } else {
+                        const int ahead = gi + DEPTH * MMA_WARPS;
+                        if (ahead < groups)
+                            load_weights<W, MT>(w, row0, R, K, ahead * MMA_GROUP, g, c, wr[d]);
+                        else if (PERSIST && chain && next_row0 < R)
+                            load_weights<W, MT>(w, next_row0, R, K, (ahead - groups) * MMA_GROUP, g,
+                                                c, wr[d]);
+                    }
+                }
+            }
+
+            // Merge in a fixed order: (w0 + w4) + (w1 + w5) + (w2 + w6) + (w3 + w7). C fragment:
+            // (row g, tokens 2c, 2c + 1) and (row g + 8, the same tokens).
+#pragma unroll
+            for (int half = 1; half >= 0; --half) {
+                if ((warp >> 2) == half) {
+                    float(&r)[ROWS][TT + 1] = red[warp & 3];
+#pragma unroll
+                    for (int m = 0; m < MT; ++m)
+#pragma unroll
+                        for (int n = 0; n < NT; ++n) {
+                            const int ro = 16 * m + g, t = 8 * n + 2 * c;
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                float& slot = r[ro + 8 * (e >> 1)][t + (e & 1)];
+                                slot = half ? acc[m][n][e] : acc[m][n][e] + slot;
+                            }
+                        }
+                }
+                __syncthreads();
+            }
+            if (EPI == MEPI_GLU) {
+                // Tile m's rows 4q + e (gate) and 4q + 2 + e (up) give output
+                // 8 (row0 / 16 + m) + 2q + e.
+                for (int i = tid; i < MT * 8 * TT; i += MMA_THREADS) {
+                    const int t = i % TT, o = i / TT;
+                    const int m = o / 8, q = (o % 8) / 2, e = o % 2;
+                    const int rg = 16 * m + 4 * q + e, ru = rg + 2;
+                    if (row0 + ru < R && t0 + t < T) {
+                        float gs = red[0][rg][t], us = red[0][ru][t];
+#pragma unroll
+                        for (int wi = 1; wi < MMA_WARPS / 2; ++wi) {
+                            gs += red[wi][rg][t];
+                            us += red[wi][ru][t];
+                        }
+                        if (bias) {
+                            gs += bias[row0 + rg];
+                            us += bias[row0 + ru];
+                        }
+                        const int j = (row0 / 16 + m) * 8 + 2 * q + e;
+                        const float v = silu(gs) * us;
+                        // The next projection's input as to_half would prepare it (yh: the
+                        // host's `Proj::half_out`), so that its launch needs no to_half; that
+                        // launch then reads only yh, so the f32 output is not written at all.
+                        if (yh)
+                            narrow(v, yh + (size_t)(t0 + t) * y_stride + xhat_at(j, yh_wg));
+                        else
+                            y[(size_t)(t0 + t) * y_stride + j] = v;
+                    }
+                }
+            } else {
+                for (int i = tid; i < ROWS * TT; i += MMA_THREADS) {
+                    const int t = i % TT, r = i / TT;
+                    if (row0 + r < R && t0 + t < T) {
+                        float sum = red[0][r][t];
+#pragma unroll
+                        for (int wi = 1; wi < MMA_WARPS / 2; ++wi) sum += red[wi][r][t];
+                        if (bias) sum += bias[row0 + r];
+                        float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
+                        if (EPI == MEPI_ADD) *out += sum; else *out = sum;
+                    }
+                }
             }
             __syncthreads();
-        }
-        if (EPI == MEPI_GLU) {
-            // Tile m's rows 4q + e (gate) and 4q + 2 + e (up) give output 8 (row0 / 16 + m) + 2q + e.
-            for (int i = tid; i < MT * 8 * TT; i += MMA_THREADS) {
-                const int t = i % TT, o = i / TT;
-                const int m = o / 8, q = (o % 8) / 2, e = o % 2;
-                const int rg = 16 * m + 4 * q + e, ru = rg + 2;
-                if (row0 + ru < R && t0 + t < T) {
-                    float gs = red[0][rg][t], us = red[0][ru][t];
+            if (!PERSIST || next_row0 >= R) break;
+            row0 = next_row0;
+            if (!chain) {
 #pragma unroll
-                    for (int wi = 1; wi < MMA_WARPS / 2; ++wi) {
-                        gs += red[wi][rg][t];
-                        us += red[wi][ru][t];
-                    }
-                    if (bias) {
-                        gs += bias[row0 + rg];
-                        us += bias[row0 + ru];
-                    }
-                    const int j = (row0 / 16 + m) * 8 + 2 * q + e;
-                    const float v = silu(gs) * us;
-                    // The next projection's input as to_half would prepare it (yh: the host's
-                    // `Proj::half_out`), so that its launch needs no to_half; that launch then
-                    // reads only yh, so the f32 output is not written at all.
-                    if (yh)
-                        narrow(v, yh + (size_t)(t0 + t) * y_stride + xhat_at(j, yh_wg));
-                    else
-                        y[(size_t)(t0 + t) * y_stride + j] = v;
-                }
-            }
-        } else {
-            for (int i = tid; i < ROWS * TT; i += MMA_THREADS) {
-                const int t = i % TT, r = i / TT;
-                if (row0 + r < R && t0 + t < T) {
-                    float sum = red[0][r][t];
-#pragma unroll
-                    for (int wi = 1; wi < MMA_WARPS / 2; ++wi) sum += red[wi][r][t];
-                    if (bias) sum += bias[row0 + r];
-                    float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
-                    if (EPI == MEPI_ADD) *out += sum; else *out = sum;
+                for (int d = 0; d < DEPTH; ++d) {
+                    const int gi = warp + d * MMA_WARPS;
+                    if (gi < groups)
+                        load_weights<W, MT>(w, row0, R, K, gi * MMA_GROUP, g, c, wr[d]);
                 }
             }
         }
-        __syncthreads();
     }
 }
 
@@ -1769,16 +1797,16 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
                                                &xmap, &rope);                                  \
     }
 
-#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT, RING)                                 \
+#define MMA_ENTRY(NAME, W, NT, MT, IN, EPI, DEEP, SPLIT, RING, PERSIST)                        \
     extern "C" __global__ void __launch_bounds__(MMA_THREADS, MMA_MIN_BLOCKS(NT, MT, DEEP))   \
         NAME(const W* __restrict__ w, const float* __restrict__ bias,                         \
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
              int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
              W* __restrict__ yh, int yh_wg) {                                                  \
-        mma_body<W, NT, MT, IN, EPI, DEEP, SPLIT, RING>(w, bias, x, x_stride, xh, x_rows,      \
-                                                        norm_w, eps, K, R, T, y, y_stride,     \
-                                                        token_tiles, yh, yh_wg);               \
+        mma_body<W, NT, MT, IN, EPI, DEEP, SPLIT, RING, PERSIST>(                              \
+            w, bias, x, x_stride, xh, x_rows, norm_w, eps, K, R, T, y, y_stride, token_tiles, yh,  \
+            yh_wg);                                                                            \
     }
 
 // Per dtype and epilogue: the in-kernel norm/rounding for one n-tile (1-8 tokens, 16-row tiles:
@@ -1789,26 +1817,30 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 // n1h: one n-tile with inputs prepared by to_half (3–8 tokens: the in-kernel norm and rounding
 // of 8 f32 rows per group cost more than the prepare launch; KernelTuning); n2s, n4s, n8m2s: the
 // multi-tile variants taking token tiles from the launch (KernelTuning); n1r, n1dr, n1hr: n1,
-// n1d, n1h streaming their weights through the ring in shared memory (MMA_RING).
-#define MMA_FAMILY(MODE, IN1, EPI, DT, W)                                   \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI, 0, 0, 0)           \
-    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI, 0, 0, 0)      \
-    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI, 0, 0, 0)      \
-    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI, 0, 0, 0)    \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1d, W, 1, 1, IN1, EPI, 1, 0, 0)          \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1h, W, 1, 1, MIN_HALF, EPI, 0, 0, 0)     \
-    MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1, 0)     \
-    MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1, 0)     \
-    MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1, 0)   \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1r, W, 1, 1, IN1, EPI, 0, 0, MMA_RING)    \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1dr, W, 1, 1, IN1, EPI, 1, 0, MMA_RING_DEEP) \
-    MMA_ENTRY(mma_##MODE##_##DT##_n1hr, W, 1, 1, MIN_HALF, EPI, 0, 0, MMA_RING) \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, mma_gemm_body, W, EPI, 128, MMA_THREADS)  \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64, MMA_THREADS) \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128, MMA_THREADS)     \
-    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64, MMA_THREADS)    \
-    MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)                                 \
-    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI)                                 \
+// n1d, n1h streaming their weights through the ring in shared memory (MMA_RING); n1p, n1hp: n1,
+// n1h persistent, each block walking row tiles with its weight loads running on from one tile
+// into the next (mma_body's PERSIST; KernelTuning::n1_persistent).
+#define MMA_FAMILY(MODE, IN1, EPI, DT, W)                                               \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1, W, 1, 1, IN1, EPI, 0, 0, 0, 0)                    \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2, W, 2, 1, MIN_HALF, EPI, 0, 0, 0, 0)               \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4, W, 4, 1, MIN_HALF, EPI, 0, 0, 0, 0)               \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2, W, 8, 2, MIN_HALF, EPI, 0, 0, 0, 0)             \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1d, W, 1, 1, IN1, EPI, 1, 0, 0, 0)                   \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1h, W, 1, 1, MIN_HALF, EPI, 0, 0, 0, 0)              \
+    MMA_ENTRY(mma_##MODE##_##DT##_n2s, W, 2, 1, MIN_HALF, EPI, 0, 1, 0, 0)              \
+    MMA_ENTRY(mma_##MODE##_##DT##_n4s, W, 4, 1, MIN_HALF, EPI, 0, 1, 0, 0)              \
+    MMA_ENTRY(mma_##MODE##_##DT##_n8m2s, W, 8, 2, MIN_HALF, EPI, 0, 1, 0, 0)            \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1r, W, 1, 1, IN1, EPI, 0, 0, MMA_RING, 0)            \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1dr, W, 1, 1, IN1, EPI, 1, 0, MMA_RING_DEEP, 0)      \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1hr, W, 1, 1, MIN_HALF, EPI, 0, 0, MMA_RING, 0)      \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1p, W, 1, 1, IN1, EPI, 0, 0, 0, 1)                   \
+    MMA_ENTRY(mma_##MODE##_##DT##_n1hp, W, 1, 1, MIN_HALF, EPI, 0, 0, 0, 1)             \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm, mma_gemm_body, W, EPI, 128, MMA_THREADS)   \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_gemm64, mma_gemm_body, W, EPI, 64, MMA_THREADS)  \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128, MMA_THREADS)      \
+    MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64, MMA_THREADS)     \
+    MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)                                      \
+    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI)                                      \
     MMA_WG_STREAM_ENTRY(mma_##MODE##_##DT##_wg64s, W, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \

@@ -18,9 +18,10 @@ use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
-    MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_RING,
-    MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_plan, kernels, mma_gemm_shared,
-    mma_launch, mma_threads, ring_form, ring_variant, to_half_grid, wg_gemm_shared, wgs_blocks,
+    MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_PERSIST,
+    MMA_RING, MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_plan, kernels,
+    mma_gemm_shared, mma_launch, mma_threads, persistent_blocks, persistent_variant, ring_form,
+    ring_variant, to_half_grid, wg_gemm_shared, wgs_blocks,
 };
 use nervad::model::DType;
 
@@ -284,19 +285,23 @@ impl Bench {
             self.weights.ptr,
         );
         let (ws, done, split_plan) = (self.gemm_ws.ptr, self.gemm_done.ptr, launch.split_plan());
-        let gemm = launch.variant >= MMA_GEMM;
+        // The GEMMs sit between the one-n-tile variants and those variants' ring and
+        // persistent forms in MMA_VARIANTS.
+        let gemm = (MMA_GEMM..MMA_RING).contains(&launch.variant);
         // The wgmma GEMM reads its inputs in its own order (to_half's wg_order).
-        let wg_order = (launch.variant >= MMA_WG) as i32;
+        let wg_order = (MMA_WG..MMA_RING).contains(&launch.variant) as i32;
         let region = self.weights.bytes;
         let x_stride = shape.k as i32;
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
         let (eps, null, t0, no_half) = (1e-6f32, 0u64, 0i32, 0i32);
         let xh = if launch.prepared { xa } else { 0 };
         let units = launch.units((shape.r as u32).div_ceil(rows) * launch.token_tiles);
-        // The warp-specialized GEMM as the backend launches it (persistent with
-        // NERVA_WG_PERSISTENT=1), the environment read once, not per timed launch.
+        // The warp-specialized GEMM and the persistent one-n-tile forms as the backend
+        // launches them (NERVA_WG_PERSISTENT, NERVA_MMA_PERSISTENT_BLOCKS), the environment
+        // read once, not per timed launch.
         let blocks = match launch.variant {
             MMA_WGS | MMA_WGT => wgs_blocks(units as usize, sms, &KernelTuning::from_env()),
+            MMA_PERSIST.. => persistent_blocks(units as usize, sms, &KernelTuning::from_env()),
             _ => units,
         };
         self.time(|gpu, i| {
@@ -576,11 +581,11 @@ fn run(cli: &Cli) -> Res<()> {
         "ratio"
     );
     // "mma": the baseline launch over row-major weights; "deep": the deep one-n-tile variant
-    // wherever n1 runs; "default launch": what the backend launches by default (KernelTuning's
-    // default variants over tiled weights).
+    // wherever n1 runs; "default launch": what the backend launches (KernelTuning's default
+    // variants, or those the NERVA_* settings pick, over tiled weights).
     let sms = facts.sms as usize;
     let baseline = KernelTuning::baseline();
-    let defaults = KernelTuning::default();
+    let defaults = KernelTuning::from_env();
     for shape in SHAPES.iter().filter(|s| picked(s)) {
         let (_, ks, tiled, prep) = mma_families
             .iter()
@@ -607,10 +612,11 @@ fn run(cli: &Cli) -> Res<()> {
                 None
             };
             let launch = mma_launch(t, shape.r, shape.k, sms, &defaults);
+            let tiles = shape.r.div_ceil(launch.rows as usize) * launch.token_tiles as usize;
             let launch = MmaLaunch {
-                variant: ring_variant(
-                    launch.variant,
-                    shape.r.div_ceil(launch.rows as usize) * launch.token_tiles as usize,
+                variant: persistent_variant(
+                    ring_variant(launch.variant, tiles, sms, &defaults),
+                    tiles,
                     sms,
                     &defaults,
                 ),

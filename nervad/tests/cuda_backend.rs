@@ -523,6 +523,21 @@ fn kernel_variants_give_identical_bits() {
                 KernelTuning::default(),
             ),
             (
+                "tiled weights + the persistent one-n-tile projections in 5 blocks",
+                KernelTuning {
+                    n1_persistent: true,
+                    n1_persistent_blocks: 5,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "row-major weights + the persistent one-n-tile projections, one wave of blocks",
+                KernelTuning {
+                    n1_persistent: true,
+                    ..KernelTuning::baseline()
+                },
+            ),
+            (
                 "the default variants with the prompt attention's fold on wgmma (Hopper)",
                 KernelTuning {
                     prefill_wgmma: true,

@@ -60,10 +60,11 @@ pub(super) const ATTN_GENERAL_DIM: usize = 128;
 /// The mma.cuh variants of a projection, in `mma_variant`'s numbering (kernel
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
-/// fixed-order GEMM (`MMA_GEMM`), then the one-n-tile variants' ring forms (`ring_variant`).
-pub const MMA_VARIANTS: [&str; 19] = [
+/// fixed-order GEMM (`MMA_GEMM`), then the one-n-tile variants' ring forms (`ring_variant`) and
+/// persistent forms (`persistent_variant`).
+pub const MMA_VARIANTS: [&str; 21] = [
     "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
-    "wgs", "wgt", "wg64s", "n1r", "n1dr", "n1hr",
+    "wgs", "wgt", "wg64s", "n1r", "n1dr", "n1hr", "n1p", "n1hp",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -97,6 +98,42 @@ pub const MMA_WG_STREAM: usize = 15;
 /// Index in `MMA_VARIANTS` of the ring form of n1 (then of n1d and n1h): the same launch with
 /// the weights streamed through shared memory (`KernelTuning::weight_ring`).
 pub const MMA_RING: usize = 16;
+
+/// Index in `MMA_VARIANTS` of the persistent form of n1 (then of n1h): each block walks the
+/// row tiles b, b + blocks, ..., its weight loads running on from one tile into the next
+/// (`KernelTuning::n1_persistent`).
+pub const MMA_PERSIST: usize = 19;
+/// Blocks per SM of n1 and n1h (mma.cuh's MMA_MIN_BLOCKS: registers ≤ 85): one wave of them is
+/// as many blocks as a persistent launch takes.
+pub const MMA_N1_BLOCKS_PER_SM: usize = 3;
+
+/// The persistent form of a one-n-tile launch of `variant` (n1 or n1h) over `tiles` row tiles
+/// on `sms` SMs where `tuning` asks for it and the tiles are more than its blocks
+/// (`persistent_blocks`); the variant itself otherwise.
+pub fn persistent_variant(
+    variant: usize,
+    tiles: usize,
+    sms: usize,
+    tuning: &KernelTuning,
+) -> usize {
+    let more = tiles > persistent_blocks(tiles, sms, tuning) as usize;
+    match variant {
+        0 | MMA_HALF if tuning.n1_persistent && more => {
+            MMA_PERSIST + usize::from(variant == MMA_HALF)
+        }
+        v => v,
+    }
+}
+
+/// Blocks of a persistent one-n-tile launch over `tiles` row tiles: one wave
+/// (`MMA_N1_BLOCKS_PER_SM` per SM) or `KernelTuning::n1_persistent_blocks`, at most the tiles.
+pub fn persistent_blocks(tiles: usize, sms: usize, tuning: &KernelTuning) -> u32 {
+    let wave = match tuning.n1_persistent_blocks {
+        0 => MMA_N1_BLOCKS_PER_SM * sms,
+        n => n as usize,
+    };
+    wave.min(tiles) as u32
+}
 
 /// The ring form of a one-n-tile launch of `variant` (n1, n1d or n1h) in `blocks` blocks on
 /// `sms` SMs where `tuning` asks for it; the variant itself otherwise.
@@ -896,6 +933,43 @@ mod tests {
         assert_eq!(mma_launch(1, 6144, 4096, SMS, &tuning).variant, 0);
         assert_eq!(mma_launch(1, 24_576, 4096, SMS, &tuning).variant, 0);
         assert_eq!(mma_launch(9, 4096, 4096, SMS, &tuning).variant, 1);
+    }
+
+    #[test]
+    fn persistent_one_tile_launches_take_more_tiles_than_one_wave() {
+        let on = KernelTuning {
+            n1_persistent: true,
+            ..KernelTuning::baseline()
+        };
+        let wave = MMA_N1_BLOCKS_PER_SM * SMS;
+        // qwen3-8b gate|up (1,536 tiles) and the LM head run persistent in one wave of blocks;
+        // q|k|v (384 tiles) fits one wave as it is.
+        for (tiles, variant) in [(1536, 0), (9496, 0), (1536, MMA_HALF)] {
+            let p = persistent_variant(variant, tiles, SMS, &on);
+            assert_eq!(MMA_VARIANTS[p], if variant == 0 { "n1p" } else { "n1hp" });
+            assert_eq!(persistent_blocks(tiles, SMS, &on) as usize, wave);
+        }
+        assert_eq!(persistent_variant(0, 384, SMS, &on), 0);
+        assert_eq!(persistent_variant(0, wave, SMS, &on), 0);
+        // Only n1 and n1h; on by default.
+        assert_eq!(persistent_variant(MMA_DEEP, 1536, SMS, &on), MMA_DEEP);
+        assert_eq!(persistent_variant(MMA_RING, 1536, SMS, &on), MMA_RING);
+        let d = KernelTuning::default();
+        assert_eq!(persistent_variant(0, 1536, SMS, &d), MMA_PERSIST);
+        let off = KernelTuning {
+            n1_persistent: false,
+            ..d
+        };
+        assert_eq!(persistent_variant(0, 1536, SMS, &off), 0);
+        // A set block count (the bit-identity test's): persistent past it, never more blocks
+        // than tiles.
+        let five = KernelTuning {
+            n1_persistent_blocks: 5,
+            ..on
+        };
+        assert_eq!(persistent_variant(0, 6, SMS, &five), MMA_PERSIST);
+        assert_eq!(persistent_variant(0, 5, SMS, &five), 0);
+        assert_eq!(persistent_blocks(3, SMS, &five), 3);
     }
 
     #[test]

@@ -46,10 +46,11 @@ use launch_shape::{
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
-    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_RING, MMA_RING_FORMS, MMA_SPLIT, MMA_VARIANTS,
-    MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch, WG_STREAM_SHARED,
-    gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant, ring_carveout, ring_variant,
-    to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
+    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_PERSIST, MMA_RING, MMA_RING_FORMS, MMA_SPLIT,
+    MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch,
+    WG_STREAM_SHARED, gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
+    persistent_blocks, persistent_variant, ring_carveout, ring_variant, to_half_grid,
+    wg_gemm_shared, wg_stream_launch, wgs_blocks,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning, RingUse, WgStream};
@@ -550,6 +551,8 @@ struct MmaFamily {
     wg_stream: Kernel,
     /// n1, n1d and n1h streaming their weights through shared memory (`ring_variant`).
     ring: [Kernel; 3],
+    /// n1 and n1h persistent (`persistent_variant`).
+    persistent: [Kernel; 2],
 }
 
 impl MmaFamily {
@@ -568,6 +571,7 @@ impl MmaFamily {
             MMA_WGS => self.wg_specialized,
             MMA_WGT => self.wg_tma,
             MMA_WG_STREAM => self.wg_stream,
+            v if v >= MMA_PERSIST => self.persistent[v - MMA_PERSIST],
             v if v >= MMA_RING => self.ring[v - MMA_RING],
             v => self.split[v - MMA_SPLIT],
         }
@@ -1407,6 +1411,7 @@ impl CudaBackend {
                     n1_half: m[MMA_HALF],
                     split: [m[MMA_SPLIT], m[MMA_SPLIT + 1], m[MMA_SPLIT + 2]],
                     ring: [m[MMA_RING], m[MMA_RING + 1], m[MMA_RING + 2]],
+                    persistent: [m[MMA_PERSIST], m[MMA_PERSIST + 1]],
                 }
             }),
         };
@@ -1929,7 +1934,9 @@ impl CudaBackend {
         };
         let variant = match shape.variant {
             v @ (0 | MMA_DEEP | MMA_HALF) => {
-                ring_variant(v, tiles as usize, self.sms as usize, &self.tuning)
+                let (tiles, sms) = (tiles as usize, self.sms as usize);
+                let v = ring_variant(v, tiles, sms, &self.tuning);
+                persistent_variant(v, tiles, sms, &self.tuning)
             }
             MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
             MMA_GEMM_NARROW if stream_blocks.is_some() => MMA_WG_STREAM,
@@ -1953,6 +1960,7 @@ impl CudaBackend {
         let units = shape.units(tiles);
         let blocks = match variant {
             MMA_WGT | MMA_WGS => wgs_blocks(units as usize, self.sms as usize, &self.tuning),
+            MMA_PERSIST.. => persistent_blocks(units as usize, self.sms as usize, &self.tuning),
             _ => stream_blocks.unwrap_or(units),
         };
         let maps = GemmMaps::for_variant(variant, p.w.ptr, p.r, p.k, xh, t)?;
@@ -1989,7 +1997,9 @@ impl CudaBackend {
         // `wg_tma`) with the maps of those same w and xh, in any number of blocks (each walks the
         // units b, b + blocks, ... of the tiles × splits; none waits for another); the
         // persistent one (`wg64s`) in `wg_stream_blocks` blocks, at most one per SM, so its
-        // shared tiles (fewer than its blocks) stay within ws and counters. mma_rope_*_wgt
+        // shared tiles (fewer than its blocks) stay within ws and counters; the persistent
+        // one-n-tile forms (n1p, n1hp) in any number of blocks (each walks the row tiles b,
+        // b + blocks, ... and writes only their rows). mma_rope_*_wgt
         // (wgt's list, then RopeEpilogue by value) takes the q|k|v projection of its step: the
         // rows' positions index the rope tables and their block tables cover them (validated
         // for rope_append, which it stands in for), q_out holds max_step_tokens × q_dim floats.

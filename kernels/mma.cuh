@@ -258,7 +258,9 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     // groups runs on across tiles: the refill of a slot past this tile's last group loads the
     // next tile's group that lands in that same slot, so the next tile's first weights are in
     // flight during this tile's last mma, merge and store. Otherwise each tile starts its own
-    // loads as a new block would. The same sums per tile: the same bits.
+    // loads as a new block would. The same sums per tile: the same bits. One token tile only
+    // (T ≤ 8, as every one-n-tile launch): the walk does not restart for a second one (resetting
+    // row0 per token tile costs gate|up's form a spill).
     const bool chain = PERSIST && groups % (MMA_WARPS * DEPTH) == 0;
     int row0 = row_first;
     // The weight ring (RING groups per warp, 0: none): this warp's slots [slot][h * 2 + q][lane]
@@ -380,7 +382,7 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                         const int ahead = gi + DEPTH * MMA_WARPS;
                         if (ahead < groups)
                             load_weights<W, MT>(w, row0, R, K, ahead * MMA_GROUP, g, c, wr[d]);
-                        else if (PERSIST && chain && next_row0 < R)
+                        else if (chain && next_row0 < R)
                             load_weights<W, MT>(w, next_row0, R, K, (ahead - groups) * MMA_GROUP, g,
                                                 c, wr[d]);
                     }

@@ -20,8 +20,8 @@ use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
     MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_PERSIST,
     MMA_RING, MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_plan, kernels,
-    mma_gemm_shared, mma_launch, mma_threads, persistent_blocks, persistent_variant, ring_form,
-    ring_variant, to_half_grid, wg_gemm_shared, wgs_blocks,
+    mma_gemm_shared, mma_launch, mma_threads, one_tile_form, persistent_blocks, ring_form,
+    to_half_grid, wg_gemm_shared, wgs_blocks,
 };
 use nervad::model::DType;
 
@@ -614,12 +614,7 @@ fn run(cli: &Cli) -> Res<()> {
             let launch = mma_launch(t, shape.r, shape.k, sms, &defaults);
             let tiles = shape.r.div_ceil(launch.rows as usize) * launch.token_tiles as usize;
             let launch = MmaLaunch {
-                variant: persistent_variant(
-                    ring_variant(launch.variant, tiles, sms, &defaults),
-                    tiles,
-                    sms,
-                    &defaults,
-                ),
+                variant: one_tile_form(launch.variant, tiles, sms, &defaults),
                 ..launch
             };
             let tuned_ms = Some((launch, b.mma(&tiled, prep, shape, t, launch)?));

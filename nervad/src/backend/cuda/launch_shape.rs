@@ -135,6 +135,18 @@ pub fn persistent_blocks(tiles: usize, sms: usize, tuning: &KernelTuning) -> u32
     wave.min(tiles) as u32
 }
 
+/// The form a one-n-tile launch of `variant` (n1, n1d or n1h) over `tiles` row tiles takes
+/// under `tuning`: its ring form (`ring_variant`), else its persistent form
+/// (`persistent_variant`), else the variant itself. What the backend launches.
+pub fn one_tile_form(variant: usize, tiles: usize, sms: usize, tuning: &KernelTuning) -> usize {
+    persistent_variant(
+        ring_variant(variant, tiles, sms, tuning),
+        tiles,
+        sms,
+        tuning,
+    )
+}
+
 /// The ring form of a one-n-tile launch of `variant` (n1, n1d or n1h) in `blocks` blocks on
 /// `sms` SMs where `tuning` asks for it; the variant itself otherwise.
 pub fn ring_variant(variant: usize, blocks: usize, sms: usize, tuning: &KernelTuning) -> usize {

@@ -49,8 +49,8 @@ pub use launch_shape::{
     MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_PERSIST, MMA_RING, MMA_RING_FORMS, MMA_SPLIT,
     MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch,
     WG_STREAM_SHARED, gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
-    persistent_blocks, persistent_variant, ring_carveout, ring_variant, to_half_grid,
-    wg_gemm_shared, wg_stream_launch, wgs_blocks,
+    one_tile_form, persistent_blocks, persistent_variant, ring_carveout, ring_variant,
+    to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning, RingUse, WgStream};
@@ -1934,9 +1934,7 @@ impl CudaBackend {
         };
         let variant = match shape.variant {
             v @ (0 | MMA_DEEP | MMA_HALF) => {
-                let (tiles, sms) = (tiles as usize, self.sms as usize);
-                let v = ring_variant(v, tiles, sms, &self.tuning);
-                persistent_variant(v, tiles, sms, &self.tuning)
+                one_tile_form(v, tiles as usize, self.sms as usize, &self.tuning)
             }
             MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
             MMA_GEMM_NARROW if stream_blocks.is_some() => MMA_WG_STREAM,

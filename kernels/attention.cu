@@ -1320,6 +1320,16 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
                                                   &kv_map, kv_tma, xh, xh_wg);                  \
     }
 
+// attn_decode's launch bounds. ATTN_DECODE_MIN_BLOCKS (a kernel define, unset by default) caps
+// its registers for that many blocks per SM: at 2 (128 registers, a 204-byte spill at head dim
+// 128 on sm_90), one block of o's deep projection (n1d, 128 registers) fits beside each attention
+// block and loads its first weights while attention runs; at its 190 registers it does not.
+#ifdef ATTN_DECODE_MIN_BLOCKS
+#define ATTN_DECODE_BOUNDS __launch_bounds__(ATTN_THREADS, ATTN_DECODE_MIN_BLOCKS)
+#else
+#define ATTN_DECODE_BOUNDS __launch_bounds__(ATTN_THREADS)
+#endif
+
 #define ATTN_ENTRY(DT, KV, DIM, SUFFIX)                                                         \
     extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_split_##DT##SUFFIX(         \
         StepMeta meta, const float* q, const KV* kv, const int* tables, KvGeometry geo,         \
@@ -1334,7 +1344,7 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
         attn_combine_body<KV, DIM>(meta, part_o, part_ml, heads, kv_heads, head_dim, window,    \
                                    out, xh, xh_wg);                                             \
     }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(ATTN_THREADS) attn_decode_##DT##SUFFIX(        \
+    extern "C" __global__ void ATTN_DECODE_BOUNDS attn_decode_##DT##SUFFIX(                    \
         StepMeta meta, const float* qkv, KV* kv, const int* tables, KvGeometry geo, int heads,  \
         int kv_heads, int head_dim, int window, float scale, const float* q_norm,               \
         const float* k_norm, float eps, const float* cos_t, const float* sin_t, float* part_o,  \

@@ -38,7 +38,10 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--layer-ctas", type=int, default=0)
     ap.add_argument("--period", type=int, default=0, help="samples per layer to profile")
-    ap.add_argument("--every", type=int, default=1, help="take every n-th start (when a later kernel of the layer launches as many blocks)")
+    ap.add_argument(
+        "--every", type=int, default=1,
+        help="every n-th start only (where a later launch of the layer has as many blocks)",
+    )
     ap.add_argument("--raw", action="store_true", help="print every active sample")
     a = ap.parse_args()
     dt, dram, ctas, active = series(a.csv)
@@ -64,8 +67,9 @@ def main():
             i += 1
         starts = starts[:: a.every]
         period = a.period or min(b - s for s, b in zip(starts, starts[1:]))
-        full = [s for s in starts if s + period <= last]
-        print(f"{len(starts)} layer starts, profile of {len(full)} layers over {period} samples:")
+        # Only layers another start follows (the last start may be the LM head's).
+        full = [s for s, b in zip(starts, starts[1:]) if s + period <= b]
+        print(f"{len(starts)} starts, profile of {len(full)} layers over {period} samples:")
         for k in range(period):
             d = sum(dram[s + k] for s in full) / len(full)
             c = sum(ctas[s + k] for s in full) / len(full)

@@ -233,7 +233,8 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                                          const W* __restrict__ xh, const int* __restrict__ x_rows,
                                          const float* __restrict__ norm_w, float eps, int K,
                                          int R, int T, float* __restrict__ y, int y_stride,
-                                         int split_tiles, W* __restrict__ yh, int yh_wg) {
+                                         int split_tiles, W* __restrict__ yh, int yh_wg,
+                                         double* __restrict__ ssq) {
     constexpr int TT = 8 * NT;
     // Only the split variants (SPLIT) take token tiles from the launch: the others keep their
     // loop bounds compile-time (fewer registers).
@@ -328,8 +329,14 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
             rows_s[tid] = x_rows ? x_rows[t] : t;
         }
         __syncthreads();
-        if (IN == MIN_RMS)
-            rows_rms_inv<TT>(x, x_stride, rows_s, T - t0, K, eps, &ss_red[0][0], inv_s);
+        if (IN == MIN_RMS) {
+            // The rows' chunk sums of squares where the residual add that wrote x left them
+            // (ssq): the same inv in one round trip.
+            if (ssq)
+                rows_rms_inv_ssq<TT>(ssq, rows_s, T - t0, K, eps, &ss_red[0][0], inv_s);
+            else
+                rows_rms_inv<TT>(x, x_stride, rows_s, T - t0, K, eps, &ss_red[0][0], inv_s);
+        }
 
         // This thread's token of each n-tile (g), or -1 past T.
         int tok[NT];
@@ -467,16 +474,35 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                         if (bias) sum += bias[row0 + r];
                         float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
                         // The same addition either way (old value + sum): the same bits.
-                        if constexpr (ADD_EARLY)
-                            *out = res + sum;
-                        else if (EPI == MEPI_ADD)
-                            *out += sum;
-                        else
+                        if constexpr (ADD_EARLY) {
+                            sum += res;
                             *out = sum;
+                        } else if (EPI == MEPI_ADD) {
+                            sum += *out;
+                            *out = sum;
+                        } else {
+                            *out = sum;
+                        }
+                        // Only this thread reads red[..][r][t]: its slot in red[0] keeps the
+                        // new value for the chunk sums below.
+                        if (EPI == MEPI_ADD && ssq) red[0][r][t] = sum;
                     }
                 }
             }
             __syncthreads();
+            // ssq (residual add only): each whole 8-row chunk's sum of squares per token, the
+            // next norm prologue's rows_rms_inv term (rows_rms_inv_ssq), so that it need not read
+            // the rows back chunk by chunk. Chunks of x rows, ssq rows of R / 8.
+            if (EPI == MEPI_ADD && ssq) {
+                for (int i = tid; i < ROWS / 8 * TT; i += MMA_THREADS) {
+                    const int t = i % TT, k = i / TT;
+                    if (row0 + 8 * k + 8 <= R && t0 + t < T)
+                        store_chunk_ssq(ssq, (size_t)(t0 + t), R / 8, row0 / 8 + k, &red[0][8 * k][t],
+                                        TT + 1);
+                }
+                // The next row tile's merge overwrites red.
+                if (PERSIST) __syncthreads();
+            }
             if (!PERSIST || next_row0 >= R) break;
             row0 = next_row0;
             if (!chain) {
@@ -1830,10 +1856,10 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
              const float* __restrict__ x, int x_stride, const W* __restrict__ xh,             \
              const int* __restrict__ x_rows, const float* __restrict__ norm_w, float eps,     \
              int K, int R, int T, float* __restrict__ y, int y_stride, int token_tiles,       \
-             W* __restrict__ yh, int yh_wg) {                                                  \
+             W* __restrict__ yh, int yh_wg, double* __restrict__ ssq) {                        \
         mma_body<W, NT, MT, IN, EPI, DEEP, SPLIT, RING, PERSIST>(                              \
             w, bias, x, x_stride, xh, x_rows, norm_w, eps, K, R, T, y, y_stride, token_tiles, yh,  \
-            yh_wg);                                                                            \
+            yh_wg, ssq);                                                                       \
     }
 
 // Per dtype and epilogue: the in-kernel norm/rounding for one n-tile (1-8 tokens, 16-row tiles:

@@ -348,13 +348,14 @@ impl Bench {
             let args = if gemm {
                 args.arg(&ws).arg(&done).arg(&split_plan)
             } else {
-                args
+                args.arg(&null)
             };
             // The TMA form's maps of this launch's weights and inputs.
             let maps = GemmMaps::for_variant(launch.variant, w, shape.r, shape.k, xh, t)?;
             let args = GemmMaps::append(maps.as_ref(), args);
             // SAFETY: mma_*(w, bias, x, x_stride, xh, rows, norm, eps, K, R, T, y, y_stride,
-            // token_tiles, yh, yh_wg: no 16-bit copy) and the GEMM's (ws, counters, split_plan),
+            // token_tiles, yh, yh_wg: no 16-bit copy), then the one-tile forms' ssq (null: the
+            // prologue reads the rows) or the GEMM's (ws, counters, split_plan),
             // the grid the launch's units (`MmaLaunch::units`; the warp-specialized GEMM: any
             // number of blocks walking those units): w covers R×K bf16 inside the weights region, x T
             // rows of K f32, xh null or T × K bf16, y T rows of R f32 (scratch), norm K f32;

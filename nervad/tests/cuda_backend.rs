@@ -979,7 +979,7 @@ fn step_reports_add_up_to_the_cumulative_stats() {
 /// matches decoding it.
 #[test]
 fn tensor_projections_are_batch_invariant() {
-    use nervad::backend::cuda::{CudaBackend, Projections};
+    use nervad::backend::cuda::{CudaBackend, KernelTuning, Projections};
     use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
     let Some(cuda) = device() else { return };
     let presets = presets(&[Preset::Tiny], &[Preset::Qwen3_0_6b]);
@@ -999,85 +999,99 @@ fn tensor_projections_are_batch_invariant() {
             threads: 0,
             swap: nervad::backend::SwapSpace::None,
         };
-        let exact = CudaOptions {
-            projections: Projections::Tensor,
-            ..cuda
+        // The defaults, and the norm prologues reading the residual adds' chunk sums of squares
+        // at every hidden size (by default only from 2,048 columns, past these presets).
+        let sums = KernelTuning {
+            norm_sums_from: Some(8),
+            ..cuda.tuning
         };
-        let mut b = CudaBackend::new(&config, &model.weights, options, exact).expect("backend");
-        let params = SamplingParams::default();
-        let prompts: Vec<Vec<u32>> = (0..SEQS as u32)
-            .map(|s| {
-                (0..PROMPT as u32)
-                    .map(|i| (11 + 17 * s + 13 * i) % vocab as u32)
-                    .collect()
-            })
-            .collect();
-        let tables: Vec<Vec<u32>> = (0..SEQS as u32)
-            .map(|s| (4 * s..4 * s + 4).collect())
-            .collect();
-        let mut out = StepOutput::default();
-        // Prefill every prompt but the last token, one sequence per step.
-        let mut prefill_last = Vec::new();
-        for s in 0..SEQS {
-            b.start_sequence(s as u32, &params, s as u64, &prompts[s])
-                .unwrap();
-            let one = SeqStep {
-                slot: s as u32,
-                tokens: &prompts[s][..],
-                start_pos: 0,
-                block_table: &tables[s],
-                sample: false,
-                want_logits: s == 0,
-                from_last_sample: false,
+        for tuning in [cuda.tuning, sums] {
+            let exact = CudaOptions {
+                projections: Projections::Tensor,
+                tuning,
+                ..cuda
             };
-            b.step(&[one], &mut out).unwrap();
-            if s == 0 {
-                prefill_last = out.logits[(PROMPT - 1) * vocab..PROMPT * vocab].to_vec();
-            }
-        }
-        // Re-decode every sequence's last prompt token (rewriting the same KV values) in
-        // batches of several sizes, sequence 0 at different places in the batch.
-        let mut alone: Option<Vec<f32>> = None;
-        for &n in &[1usize, 2, 7, 8, 9, 16, 17, 33, 64, 65, SEQS] {
-            let at = (n / 2).min(n - 1);
-            let order: Vec<usize> = (0..n).map(|i| (i + n - at) % n).collect();
-            let batch: Vec<SeqStep<'_>> = order
-                .iter()
-                .map(|&s| SeqStep {
-                    slot: s as u32,
-                    tokens: &prompts[s][PROMPT - 1..],
-                    start_pos: (PROMPT - 1) as u32,
-                    block_table: &tables[s],
-                    sample: false,
-                    want_logits: true,
-                    from_last_sample: false,
+            let mut b = CudaBackend::new(&config, &model.weights, options, exact).expect("backend");
+            let params = SamplingParams::default();
+            let prompts: Vec<Vec<u32>> = (0..SEQS as u32)
+                .map(|s| {
+                    (0..PROMPT as u32)
+                        .map(|i| (11 + 17 * s + 13 * i) % vocab as u32)
+                        .collect()
                 })
                 .collect();
-            b.step(&batch, &mut out).unwrap();
-            assert_eq!(order[at], 0);
-            let got = out.logits[at * vocab..(at + 1) * vocab].to_vec();
-            match &alone {
-                None => {
-                    assert!(
-                        got.iter()
-                            .zip(&prefill_last)
-                            .all(|(a, b)| a.to_bits() == b.to_bits()),
-                        "{preset:?}: decode alone differs from the exact prefill"
-                    );
-                    alone = Some(got);
+            let tables: Vec<Vec<u32>> = (0..SEQS as u32)
+                .map(|s| (4 * s..4 * s + 4).collect())
+                .collect();
+            let mut out = StepOutput::default();
+            // Prefill every prompt but the last token, one sequence per step.
+            let mut prefill_last = Vec::new();
+            for s in 0..SEQS {
+                b.start_sequence(s as u32, &params, s as u64, &prompts[s])
+                    .unwrap();
+                let one = SeqStep {
+                    slot: s as u32,
+                    tokens: &prompts[s][..],
+                    start_pos: 0,
+                    block_table: &tables[s],
+                    sample: false,
+                    want_logits: s == 0,
+                    from_last_sample: false,
+                };
+                b.step(&[one], &mut out).unwrap();
+                if s == 0 {
+                    prefill_last = out.logits[(PROMPT - 1) * vocab..PROMPT * vocab].to_vec();
                 }
-                Some(want) => assert!(
-                    got.iter()
-                        .zip(want)
-                        .all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{preset:?}: sequence 0's logits in a batch of {n} differ from alone"
-                ),
             }
+            // Re-decode every sequence's last prompt token (rewriting the same KV values) in
+            // batches of several sizes, sequence 0 at different places in the batch.
+            let mut alone: Option<Vec<f32>> = None;
+            for &n in &[1usize, 2, 7, 8, 9, 16, 17, 33, 64, 65, SEQS] {
+                let at = (n / 2).min(n - 1);
+                let order: Vec<usize> = (0..n).map(|i| (i + n - at) % n).collect();
+                let batch: Vec<SeqStep<'_>> = order
+                    .iter()
+                    .map(|&s| SeqStep {
+                        slot: s as u32,
+                        tokens: &prompts[s][PROMPT - 1..],
+                        start_pos: (PROMPT - 1) as u32,
+                        block_table: &tables[s],
+                        sample: false,
+                        want_logits: true,
+                        from_last_sample: false,
+                    })
+                    .collect();
+                b.step(&batch, &mut out).unwrap();
+                assert_eq!(order[at], 0);
+                let got = out.logits[at * vocab..(at + 1) * vocab].to_vec();
+                match &alone {
+                    None => {
+                        assert!(
+                            got.iter()
+                                .zip(&prefill_last)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{preset:?}, norm sums from {:?}: decode alone differs from the \
+                             exact prefill",
+                            tuning.norm_sums_from
+                        );
+                        alone = Some(got);
+                    }
+                    Some(want) => assert!(
+                        got.iter()
+                            .zip(want)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{preset:?}, norm sums from {:?}: sequence 0's logits in a batch of {n} \
+                         differ from alone",
+                        tuning.norm_sums_from
+                    ),
+                }
+            }
+            println!(
+                "{preset:?}, norm sums from {:?}: tensor projections bit-identical alone, in \
+                 batches of 2..{SEQS} and against the exact prefill",
+                tuning.norm_sums_from
+            );
         }
-        println!(
-            "{preset:?}: tensor projections bit-identical alone, in batches of 2..{SEQS} and \
-             against the exact prefill"
-        );
     }
 }
 

@@ -472,6 +472,13 @@ pub fn gemm_plan(
     }
 }
 
+/// Whether the tensor-core launches of `t` tokens read inputs prepared by to_half (past 8
+/// tokens always, else from `KernelTuning::prepared_from`) rather than normalizing and rounding
+/// their rows themselves: `MmaLaunch::prepared` of every launch of `t` tokens.
+pub fn prepared_inputs(t: usize, tuning: &KernelTuning) -> bool {
+    t > 8 || (tuning.prepared_from > 0 && t >= tuning.prepared_from)
+}
+
 /// The launch of `t` tokens over `r` weight rows on `sms` multiprocessors under `tuning`:
 /// `mma_variant` by default; the deep one-n-tile variant for projections of at most
 /// `deep_n1_blocks_per_sm` blocks per SM; prepared inputs from `prepared_from` tokens (for one
@@ -485,7 +492,7 @@ pub fn gemm_plan(
 /// `gemm_cost` ranks cheapest for the `r` × `k` matrix.
 pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
     let (variant, rows) = mma_variant(t);
-    let prepared = t > 8 || (tuning.prepared_from > 0 && t >= tuning.prepared_from);
+    let prepared = prepared_inputs(t, tuning);
     let one = |variant, rows| MmaLaunch {
         variant,
         rows,
@@ -994,6 +1001,16 @@ mod tests {
         let l = mma_launch(3, 4096, 4096, SMS, &tuning);
         assert_eq!((l.variant, l.prepared), (MMA_HALF, true));
         assert!(mma_launch(9, 4096, 4096, SMS, &KernelTuning::baseline()).prepared);
+        // prepared_inputs (which the residual adds ask before writing the norm sums) says the
+        // same for every launch of that many tokens, whatever its matrix.
+        for tuning in [tuning, KernelTuning::default(), KernelTuning::baseline()] {
+            for t in 1..=300 {
+                for (r, k) in [(4096, 4096), (6144, 4096), (4096, 12288), (1024, 1024)] {
+                    let l = mma_launch(t, r, k, SMS, &tuning);
+                    assert_eq!(prepared_inputs(t, &tuning), l.prepared, "{t} tokens");
+                }
+            }
+        }
     }
 
     #[test]

@@ -43,6 +43,7 @@ use step_ledger::{CounterMark, DeviceClock};
 use launch_shape::{
     ATTN_GENERAL_DIM, ATTN_PREFILL_ROWS, ATTN_SERIAL_PAIR_THREADS, ATTN_SPLITS, ATTN_THREADS,
     attn_prefill_shared, attn_prefill_wg_shared, attn_serial_shared, prefill_split_blocks,
+    prepared_inputs,
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
@@ -449,6 +450,10 @@ struct Bufs {
     /// A projection's inputs prepared in 16 bits by the kernel before it (`Proj::half_out`);
     /// apart from `xa`, which that kernel may be reading.
     xb: DevBuf,
+    /// Per x row, each 8-value chunk's sum of squares (f64) as the norm prologues add them:
+    /// written by the one-tile residual adds, read by the next norm prologue
+    /// (`CudaBackend::ssq_rows`).
+    ssq: DevBuf,
     blas_ws: DevBuf,
     /// Per (token, kv head): split blocks of attn_decode done so far (back to 0 after each).
     attn_done: DevBuf,
@@ -751,6 +756,11 @@ pub struct CudaBackend {
     /// exists (sm_90 and a pool whose tiles are whole page boxes), 0 for cp.async staging.
     kv_map: cudarc::driver::sys::CUtensorMap,
     kv_tma: i32,
+    /// Whether `bufs.ssq` holds the chunk sums of squares of every row of x the step has: the
+    /// last launch that wrote x was a one-tile residual add that also wrote them
+    /// (`KernelTuning::norm_sums_from`), so the next norm prologue over x may read them instead of
+    /// the rows. Host state of the launch sequence being enqueued (or captured).
+    ssq_rows: bool,
     /// Last: dropped after every handle above that belongs to its context.
     gpu: Gpu,
 }
@@ -1028,6 +1038,7 @@ impl CudaBackend {
             gemm_split_blocks * 4,                         // gemm_done
             t * h.max(qd).max(inter) * wb,                 // xa
             t * h.max(qd).max(inter) * wb,                 // xb
+            t * h.div_ceil(8) * 8,                         // ssq: per x row, h / 8 f64
             blas::WORKSPACE_BYTES,                         // cuBLAS workspace
             s * vocab * 4,                                 // logits
             s * vocab * 4,                                 // sampling weights
@@ -1225,6 +1236,7 @@ impl CudaBackend {
         let gemm_done = carve_next()?;
         let xa = carve_next()?;
         let xb = carve_next()?;
+        let ssq = carve_next()?;
         let blas_ws = carve_next()?;
         let logits = carve_next()?;
         let weights_buf = carve_next()?;
@@ -1258,6 +1270,7 @@ impl CudaBackend {
             gemm_done,
             xa,
             xb,
+            ssq,
             blas_ws,
             logits,
             weights: weights_buf,
@@ -1697,6 +1710,7 @@ impl CudaBackend {
             tuning,
             kv_tma: i32::from(kv_map.is_some()),
             kv_map: kv_map.unwrap_or(cudarc::driver::sys::CUtensorMap { opaque: [0; 16] }),
+            ssq_rows: false,
             gpu,
         };
         backend.capture_buckets()?;
@@ -1962,13 +1976,14 @@ impl CudaBackend {
             _ => stream_blocks.unwrap_or(units),
         };
         let maps = GemmMaps::for_variant(variant, p.w.ptr, p.r, p.k, xh, t)?;
+        let ssq = self.norm_sums(p, t, gemm, shape.prepared);
         let args = a.args(Some(&xh)).arg(&yh).arg(&yh_wg);
         let args = if gemm {
             args.arg(&self.bufs.gemm_ws.ptr)
                 .arg(&self.bufs.gemm_done.ptr)
                 .arg(&split_plan)
         } else {
-            args
+            args.arg(&ssq)
         };
         let args = GemmMaps::append(maps.as_ref(), args);
         let rope = p
@@ -1981,8 +1996,12 @@ impl CudaBackend {
         };
         // SAFETY: mma_*(const W* w, const float* bias, const float* x, int x_stride,
         // const W* xh, const int* x_rows, const float* norm_w, float eps, int K, int R, int T,
-        // float* y, int y_stride, int token_tiles, W* yh, int yh_wg), the GEMM's with
-        // (float* ws, int* counters, int split_plan) after: yh is null or xb, which holds
+        // float* y, int y_stride, int token_tiles, W* yh, int yh_wg), the one-tile forms' with
+        // (double* ssq) after, the GEMM's with (float* ws, int* counters, int split_plan)
+        // after: ssq is null or `bufs.ssq` (`norm_sums`: a residual add into x writes the chunk
+        // sums of its T rows, a norm prologue over x reads those of its rows, written by the
+        // last launch that wrote x), which holds max_step_tokens rows of hidden / 8 f64; yh is
+        // null or xb, which holds
         // max_step_tokens × max(K) 16-bit values (a GLU writes T rows of R / 2) and which no
         // other kernel of the launch reads; w holds R×K weights (row-major, or tiled and padded as
         // mma_tiled.cu reads them), x and y hold T rows of their strides, xh (when used) the T
@@ -2006,6 +2025,35 @@ impl CudaBackend {
                 .launch(kernel, (blocks, 1, 1), mma_threads(variant), args)
         }?;
         Ok(rope.is_some())
+    }
+
+    /// The `ssq` argument of a one-tile projection launch (`gemm`: none, the GEMM kernels take
+    /// none) of `p`, over inputs `prepared` or not, and `ssq_rows` after it: a residual add into
+    /// x writes every chunk sum of its rows where `KernelTuning::norm_sums_from` asks for them
+    /// (whole chunks: hidden a multiple of 8) and the norm prologues of as many tokens read
+    /// their own rows (`prepared_inputs`: at more tokens to_half normalizes them, and the sums
+    /// would be written for nothing); a norm prologue over x reads them where the last launch
+    /// that wrote x left them (`ssq_rows`). Null otherwise: the prologue reads the rows. The same
+    /// inv either way (norm.cuh's rows_rms_inv_ssq).
+    fn norm_sums(&mut self, p: &Proj, t: usize, gemm: bool, prepared: bool) -> u64 {
+        let h = self.config.hidden_size;
+        let x = self.bufs.x.ptr;
+        let asked = self.tuning.norm_sums_from.is_some_and(|from| h >= from)
+            && h.is_multiple_of(8)
+            && !gemm;
+        match p.input {
+            Input::PlainAdd | Input::GluAdd if p.y == x => {
+                self.ssq_rows =
+                    asked && p.y_stride as usize == h && !prepared_inputs(t, &self.tuning);
+                if self.ssq_rows { self.bufs.ssq.ptr } else { 0 }
+            }
+            Input::Rms | Input::RmsGlu
+                if p.x == x && p.x_stride as usize == h && asked && !prepared && self.ssq_rows =>
+            {
+                self.bufs.ssq.ptr
+            }
+            _ => 0,
+        }
     }
 
     /// The step's first row of prompt attention (`enqueue_attention`): past the decode rows
@@ -2109,10 +2157,16 @@ impl CudaBackend {
         // The epilogue's rope only where one launch takes every row: cuBLAS rows are stored as
         // they are, and rope_append then reads back every prompt row.
         let rope = p.rope.filter(|_| split == t);
+        if matches!(p.input, Input::PlainAdd | Input::GluAdd) && p.gemm_y == self.bufs.x.ptr {
+            // Only a one-tile add over every row (`norm_sums`) leaves x's chunk sums current.
+            self.ssq_rows = false;
+        }
         let rotated = split > 0 && self.token_proj(&Proj { rope, ..p }, split)?;
         if split == t {
             return Ok(rotated);
         }
+        // The cuBLAS rows below add into x without their sums.
+        self.ssq_rows = false;
         let m = t - split;
         let (t0, r_i) = (split as i32, p.r as i32);
         let xa = self.prepare_half(
@@ -2166,6 +2220,8 @@ impl CudaBackend {
         let b = self.bufs;
         let hidden = h as i32;
         let vocab = c.vocab_size as u32;
+        // The embedding writes x without its chunk sums.
+        self.ssq_rows = false;
         // SAFETY: embed_*(StepMeta, const u32* sampled, const W* table, u32 vocab, int hidden,
         // float* x):
         // x holds max_step_tokens rows; token ids were validated against the vocabulary, and

@@ -190,6 +190,14 @@ pub struct KernelTuning {
     /// Blocks of a persistent one-n-tile launch (0: `MMA_N1_BLOCKS_PER_SM` per SM); the
     /// bit-identity test sets a few so that every block walks many tiles.
     pub n1_persistent_blocks: u32,
+    /// The one-tile residual adds (o, down: the mma.cuh forms of 1–8 tokens) also store each
+    /// 8-row chunk's sum of squares per token (`bufs.ssq`), and the norm prologue of the
+    /// projection after them (gate|up, the next q|k|v, the LM head) adds those instead of
+    /// reading its rows back chunk by chunk: one round trip instead of hidden / 1,024 (4 at
+    /// qwen3-8b's 4,096), in the same order, so the same bits (`CudaBackend::norm_sums`). For
+    /// hidden sizes of at least this many columns (by default where the prologue's 128 threads
+    /// take more than one chunk each, so more than one round trip); None never.
+    pub norm_sums_from: Option<usize>,
 }
 
 /// Which 64-token wgmma GEMM launches run persistent (`KernelTuning::wg_stream`).
@@ -290,6 +298,7 @@ impl Default for KernelTuning {
             rope_epilogue: false,
             n1_persistent: true,
             n1_persistent_blocks: 0,
+            norm_sums_from: Some(2048),
         }
     }
 }
@@ -330,6 +339,7 @@ impl KernelTuning {
             rope_epilogue: false,
             n1_persistent: false,
             n1_persistent_blocks: 0,
+            norm_sums_from: None,
         }
     }
 
@@ -344,8 +354,8 @@ impl KernelTuning {
     /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=<0 off, 1 always, 2 below one wave>`,
     /// `NERVA_MMA_RING_DEEP=<the same>`, `NERVA_CARVEOUT=<percent>`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
-    /// `NERVA_WG_STREAM_BLOCKS=<blocks>`, `NERVA_ROPE_EPILOGUE=1`, `NERVA_MMA_PERSISTENT=1` and
-    /// `NERVA_MMA_PERSISTENT_BLOCKS=<blocks>` applied (`0` turns a variant off;
+    /// `NERVA_WG_STREAM_BLOCKS=<blocks>`, `NERVA_ROPE_EPILOGUE=1`, `NERVA_MMA_PERSISTENT=1`,
+    /// `NERVA_MMA_PERSISTENT_BLOCKS=<blocks>` and `NERVA_NORM_SUMS=<columns>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {
         let var = |name: &str| {
@@ -440,6 +450,7 @@ impl KernelTuning {
             n1_persistent: var("NERVA_MMA_PERSISTENT").map_or(d.n1_persistent, |v| v != 0),
             n1_persistent_blocks: var("NERVA_MMA_PERSISTENT_BLOCKS")
                 .map_or(d.n1_persistent_blocks, |v| v as u32),
+            norm_sums_from: from("NERVA_NORM_SUMS", d.norm_sums_from),
         }
     }
 }

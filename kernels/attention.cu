@@ -1324,6 +1324,8 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
 // its registers for that many blocks per SM: at 2 (128 registers, a 204-byte spill at head dim
 // 128 on sm_90), one block of o's deep projection (n1d, 128 registers) fits beside each attention
 // block and loads its first weights while attention runs; at its 190 registers it does not.
+// Measured slower (BENCHMARKS.md, 2026-11-28 thirty-fourth session: qwen3-8b's batch-1 step
+// +2.2% on an H200): kept only for register experiments.
 #ifdef ATTN_DECODE_MIN_BLOCKS
 #define ATTN_DECODE_BOUNDS __launch_bounds__(ATTN_THREADS, ATTN_DECODE_MIN_BLOCKS)
 #else

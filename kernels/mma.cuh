@@ -81,13 +81,6 @@
 #ifndef MMA_DEEP_DEPTH_ADD
 #define MMA_DEEP_DEPTH_ADD 5
 #endif
-// 1: the residual-add form's one-tile launches (o, down) read the values they add to right
-// after pdl_enter rather than after the merge (mma_body's ADD_EARLY; the same bits). Off by
-// default: not measured yet (the thirty-third session's DRAM timeline: the launches after o and
-// down start with HBM idle for ~5 µs).
-#ifndef MMA_ADD_EARLY
-#define MMA_ADD_EARLY 0
-#endif
 // The weight ring (n1r, n1dr, n1hr: n1, n1d, n1h with `KernelTuning::weight_ring`): each
 // warp's next MMA_RING groups of weights (MMA_RING_DEEP for n1dr) stream into shared memory by
 // cp.async (2 KiB per warp and group, the launch's dynamic shared memory) instead of DEPTH
@@ -270,10 +263,6 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
     // (T ≤ 8, as every one-n-tile launch): the walk does not restart for a second one (resetting
     // row0 per token tile costs gate|up's form a spill).
     const bool chain = PERSIST && groups % (MMA_WARPS * DEPTH) == 0;
-    // The residual-add form reads its old values right after pdl_enter (MMA_ADD_EARLY) where
-    // each thread adds to at most one of them and the block keeps one row tile.
-    constexpr bool ADD_EARLY =
-        MMA_ADD_EARLY && EPI == MEPI_ADD && !PERSIST && ROWS * TT <= MMA_THREADS;
     int row0 = row_first;
     // The weight ring (RING groups per warp, 0: none): this warp's slots [slot][h * 2 + q][lane]
     // of 16 bytes.
@@ -315,14 +304,6 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
         }
         // Weights only until the previous kernel is done: these loads overlap its drain.
         if (t0 == first) pdl_enter();
-        // ADD_EARLY: the residual values this thread's epilogue adds to, read now (the previous
-        // kernel wrote them) instead of after the merge, a round trip before this launch ends.
-        float res = 0.f;
-        if constexpr (ADD_EARLY) {
-            const int t = tid % TT, r = tid / TT;
-            if (tid < ROWS * TT && row0 + r < R && t0 + t < T)
-                res = y[(size_t)(t0 + t) * y_stride + row0 + r];
-        }
         __syncthreads();
         if (tid < TT) {
             const int t = t0 + tid < T ? t0 + tid : t0;
@@ -473,16 +454,8 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                         for (int wi = 1; wi < MMA_WARPS / 2; ++wi) sum += red[wi][r][t];
                         if (bias) sum += bias[row0 + r];
                         float* out = y + (size_t)(t0 + t) * y_stride + row0 + r;
-                        // The same addition either way (old value + sum): the same bits.
-                        if constexpr (ADD_EARLY) {
-                            sum += res;
-                            *out = sum;
-                        } else if (EPI == MEPI_ADD) {
-                            sum += *out;
-                            *out = sum;
-                        } else {
-                            *out = sum;
-                        }
+                        if (EPI == MEPI_ADD) sum += *out;
+                        *out = sum;
                         // Only this thread reads red[..][r][t]: its slot in red[0] keeps the
                         // new value for the chunk sums below.
                         if (EPI == MEPI_ADD && ssq) red[0][r][t] = sum;

@@ -470,8 +470,8 @@ __device__ __forceinline__ void mma_body(const W* __restrict__ w, const float* _
                 for (int i = tid; i < ROWS / 8 * TT; i += MMA_THREADS) {
                     const int t = i % TT, k = i / TT;
                     if (row0 + 8 * k + 8 <= R && t0 + t < T)
-                        store_chunk_ssq(ssq, (size_t)(t0 + t), R / 8, row0 / 8 + k, &red[0][8 * k][t],
-                                        TT + 1);
+                        store_chunk_ssq(ssq, (size_t)(t0 + t), R / 8, row0 / 8 + k,
+                                        &red[0][8 * k][t], TT + 1);
                 }
                 // The next row tile's merge overwrites red.
                 if (PERSIST) __syncthreads();

@@ -2001,9 +2001,8 @@ impl CudaBackend {
         // after: ssq is null or `bufs.ssq` (`norm_sums`: a residual add into x writes the chunk
         // sums of its T rows, a norm prologue over x reads those of its rows, written by the
         // last launch that wrote x), which holds max_step_tokens rows of hidden / 8 f64; yh is
-        // null or xb, which holds
-        // max_step_tokens × max(K) 16-bit values (a GLU writes T rows of R / 2) and which no
-        // other kernel of the launch reads; w holds R×K weights (row-major, or tiled and padded as
+        // null or xb, which holds max_step_tokens × max(K) 16-bit values (a GLU writes T rows
+        // of R / 2) and which no other kernel of the launch reads; w holds R×K weights (row-major, or tiled and padded as
         // mma_tiled.cu reads them), x and y hold T rows of their strides, xh (when used) the T
         // prepared rows (for wg: in the wgmma order, K a multiple of 64), bias/norm are null
         // or R/K floats; the grid is the launch's units (`MmaLaunch::units`: the row tiles

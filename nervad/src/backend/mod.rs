@@ -435,8 +435,8 @@ pub trait Backend: Send {
     /// Measure the device's streaming read bandwidth, bytes per second: the ceiling of a decode
     /// step's roofline (the weights and each sequence's KV read once per step). `None` where the
     /// backend has no device memory of its own to measure (the CPU). Called once, before
-    /// serving (the daemon's start): a device backend may stream over its KV pool, whose
-    /// contents nothing needs yet.
+    /// serving (the daemon's start): a device backend may stream over any of its device memory
+    /// (a read changes nothing).
     fn read_bandwidth(&mut self) -> Result<Option<f64>, BackendError> {
         Ok(None)
     }

@@ -319,6 +319,11 @@ impl Gpu {
         Ok(())
     }
 
+    /// The whole device arena (weights, KV pool, activations), allocated or not.
+    pub fn arena(&self) -> DevBuf {
+        self.arena
+    }
+
     /// Carve `bytes` (256-byte aligned) out of the arena.
     pub fn carve(&mut self, bytes: usize) -> Result<DevBuf, BackendError> {
         let start = self.arena_used.next_multiple_of(256);

@@ -319,7 +319,7 @@ impl Gpu {
         Ok(())
     }
 
-    /// The whole device arena (weights, KV pool, activations), allocated or not.
+    /// The whole device arena (weights, KV pool, activations); empty before `allocate_arena`.
     pub fn arena(&self) -> DevBuf {
         self.arena
     }

@@ -37,18 +37,13 @@
 #define ATTN_SPLITS 16
 
 // Shared memory of one block, for head dimensions up to MAXD. Query and tile rows are
-// ATTN_ROW(D) elements apart for the runtime D (the arrays are sized for MAXD).
+// ATTN_ROW(D) elements apart for the runtime D (the arrays are sized for MAXD). AttnHeads is what
+// every kernel uses (the queries, the merge, the new position); AttnShared adds the staged tile,
+// which attn_decode_serial keeps in dynamic shared memory instead (17 KiB it would not use).
 template <int MAXD>
-struct AttnShared {
+struct AttnHeads {
     // The group's rotated queries in the KV type; rows G..15 (the warp's other mma rows) zero.
     alignas(16) unsigned short qh[16 * ATTN_ROW(MAXD)];
-    union {
-        // The tile being computed: keys, then values.
-        alignas(16) unsigned short kv[2][ATTN_TILE * ATTN_ROW(MAXD)];
-        // attn_decode_cluster: the split's partial o of each head (i = a * D + d), kept for the
-        // merge once the last tile is done.
-        float red[ATTN_MAX_GROUP * MAXD];
-    } u;
     // attn_decode_cluster: the split's (m, l) of each head.
     float ml[ATTN_MAX_GROUP][2];
     // Per head of the merge: each split's factors in the fold (SplitFold: wa scales the fold
@@ -59,6 +54,17 @@ struct AttnShared {
     // attn_decode: the new position's key and value as stored in the pool (16-bit raw), so the
     // block that owns the position reads the same bits without a round trip through memory.
     alignas(16) unsigned short fresh[2][MAXD];
+};
+
+template <int MAXD>
+struct AttnShared : AttnHeads<MAXD> {
+    union {
+        // The tile being computed: keys, then values.
+        alignas(16) unsigned short kv[2][ATTN_TILE * ATTN_ROW(MAXD)];
+        // attn_decode_cluster: the split's partial o of each head (i = a * D + d), kept for the
+        // merge once the last tile is done.
+        float red[ATTN_MAX_GROUP * MAXD];
+    } u;
 };
 
 __device__ __forceinline__ u32 smem_addr(const unsigned short* p) {
@@ -127,7 +133,7 @@ struct AttnTile {
 
 // Rows G..15 of the block's query tile zeroed (the mma rows past the group).
 template <int MAXD>
-__device__ __forceinline__ void zero_pad_rows(AttnShared<MAXD>& sh, int G, int D) {
+__device__ __forceinline__ void zero_pad_rows(AttnHeads<MAXD>& sh, int G, int D) {
     for (int i = threadIdx.x; i < (16 - G) * D; i += blockDim.x)
         sh.qh[(G + i / D) * ATTN_ROW(D) + i % D] = 0;
 }
@@ -213,6 +219,26 @@ struct GlobalPartials {
     }
 };
 
+// attn_decode_serial's partials where the host gave its blocks room for them after the KV rings
+// (`parts_smem`): o of (head a, split z) at o[(a * ATTN_SPLITS + z) * head_dim + d], m and l at
+// ml[(a * ATTN_SPLITS + z) * 2 + {0, 1}]. The block wrote them itself, so its merge reads them
+// without GlobalPartials' trips through L2 (one for the factors, one more for the values past a
+// thread's first MERGE_PRE). The same values, so the same bits.
+struct SharedPartials {
+    const float* po;
+    const float* pml;
+    int head_dim;
+    __device__ __forceinline__ float o(int z, int a, int d) const {
+        return po[(a * ATTN_SPLITS + z) * head_dim + d];
+    }
+    __device__ __forceinline__ float m(int z, int a) const {
+        return pml[(a * ATTN_SPLITS + z) * 2];
+    }
+    __device__ __forceinline__ float l(int z, int a) const {
+        return pml[(a * ATTN_SPLITS + z) * 2 + 1];
+    }
+};
+
 // Where a merge writes its outputs rounded to the KV type instead of f32: the o projection's
 // input as to_half would prepare it (row: the token's row of the prepared inputs, null for none:
 // then f32 to `out`; col0: the group's first column; wg: the wgmma GEMM's order, xhat_at), so
@@ -267,7 +293,7 @@ __device__ __forceinline__ float fold_value(float o, float oz, float a, float b)
 // the others hold no tile (tile i goes to split i mod Z, so the empty splits are the last ones).
 // `half`: out[i] rounded for the o projection instead, where it reads that (HalfRow).
 template <int MAXD, typename Partials, typename KV>
-__device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partials& p, int G,
+__device__ __forceinline__ void merge_splits(AttnHeads<MAXD>& sh, const Partials& p, int G,
                                              int head_dim, int e0, int e1,
                                              float* __restrict__ out, int nz,
                                              const HalfRow<KV>& half) {
@@ -333,7 +359,7 @@ __device__ __forceinline__ void merge_splits(AttnShared<MAXD>& sh, const Partial
 
 // Every output element of heads h0 .. h0 + G - 1 of token t from the partials in global memory.
 template <int MAXD, typename KV>
-__device__ __forceinline__ void combine_heads(AttnShared<MAXD>& sh, const float* part_o,
+__device__ __forceinline__ void combine_heads(AttnHeads<MAXD>& sh, const float* part_o,
                                               const float* part_ml, size_t t, int heads, int h0,
                                               int G, int head_dim, float* __restrict__ out,
                                               int nz, const HalfRow<KV>& half) {
@@ -884,7 +910,7 @@ __device__ __forceinline__ void attn_prefill_body(
 // query heads (or warps 0 and 1 when the group fills all eight). The caller's next barrier orders
 // the pool writes before any read of them in the block.
 template <typename KV, int MAXD>
-__device__ __forceinline__ void write_new_kv(AttnShared<MAXD>& sh, KV* kv, const float* row,
+__device__ __forceinline__ void write_new_kv(AttnHeads<MAXD>& sh, KV* kv, const float* row,
                                              const TokenSpan& s, KvGeometry geo, int g, int G,
                                              int D, int q_dim, int kv_dim,
                                              const float* __restrict__ k_norm, float eps,
@@ -1121,8 +1147,8 @@ __device__ __forceinline__ void attn_decode_serial_body(
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
     const float* __restrict__ cos_t, const float* __restrict__ sin_t, float* part_o,
     float* part_ml, float* __restrict__ out, const L2Prefetch& pf, const TmaMap* kv_map,
-    int kv_tma, KV* __restrict__ xh, int xh_wg) {
-    __shared__ AttnShared<ATTN_MAXD(DIM)> sh;
+    int kv_tma, KV* __restrict__ xh, int xh_wg, int parts_smem) {
+    __shared__ AttnHeads<ATTN_MAXD(DIM)> sh;
     // Per warp: the keys' and the values' barrier (tensor copies).
     __shared__ __align__(8) unsigned long long bars[2 * (THREADS / 32)];
     __shared__ int claimed;
@@ -1144,6 +1170,14 @@ __device__ __forceinline__ void attn_decode_serial_body(
     extern __shared__ uint4 dyn[];
     const u32 dyn0 = ((u32)__cvta_generic_to_shared(dyn) + 1023) & ~1023u;
     const u32 keys = dyn0 + warp * 2 * HALF, vals = keys + HALF;
+    // The splits' partials: after the W warps' tiles where the host made room (`parts_smem`:
+    // G × ATTN_SPLITS rows of o, then of (m, l)), else in global memory as attn_decode's.
+    float* const sp_o =
+        parts_smem ? reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(dyn) +
+                                              (dyn0 - (u32)__cvta_generic_to_shared(dyn)) +
+                                              W * 2 * HALF)
+                   : nullptr;
+    float* const sp_ml = sp_o + G * ATTN_SPLITS * D;
     const u32 kbar = (u32)__cvta_generic_to_shared(&bars[2 * warp]), vbar = kbar + 8;
     const int nz = min(ATTN_SPLITS, (s.span + ATTN_TILE - 1) / ATTN_TILE);
     const bool computes = warp < W && warp < nz;
@@ -1223,8 +1257,14 @@ __device__ __forceinline__ void attn_decode_serial_body(
                 const size_t head0 = (size_t)t * heads + g * G;
                 rows.store(
                     D, [&](int r) { return r < G; },
-                    [&](int r) { return part_o + ((head0 + r) * ATTN_SPLITS + z) * D; },
-                    [&](int r) { return part_ml + ((head0 + r) * ATTN_SPLITS + z) * 2; });
+                    [&](int r) {
+                        return sp_o ? sp_o + (r * ATTN_SPLITS + z) * D
+                                    : part_o + ((head0 + r) * ATTN_SPLITS + z) * D;
+                    },
+                    [&](int r) {
+                        return sp_o ? sp_ml + (r * ATTN_SPLITS + z) * 2
+                                    : part_ml + ((head0 + r) * ATTN_SPLITS + z) * 2;
+                    });
                 rows.init();
             }
             z = nzz;
@@ -1241,11 +1281,14 @@ __device__ __forceinline__ void attn_decode_serial_body(
             cp_async_wait<0>();
         }
     }
-    // Every split's partial written (global memory, visible to the block after the barrier).
+    // Every split's partial written (visible to the block after the barrier).
     __syncthreads();
     const HalfRow<KV> half{xh ? xh + (size_t)t * q_dim : nullptr, g * G * D, xh_wg};
-    combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, out + (size_t)t * q_dim + g * G * D,
-                  nz, half);
+    float* const o_out = out + (size_t)t * q_dim + g * G * D;
+    if (sp_o)
+        merge_splits(sh, SharedPartials{sp_o, sp_ml, D}, G, D, 0, G * D, o_out, nz, half);
+    else
+        combine_heads(sh, part_o, part_ml, t, heads, g * G, G, D, o_out, nz, half);
 }
 
 // attn_decode with the Z split blocks of a (token, kv head) launched as one thread-block cluster
@@ -1313,11 +1356,12 @@ __device__ __forceinline__ void attn_combine_body(StepMeta meta, const float* __
             int heads, int kv_heads, int head_dim, int window, float scale,                     \
             const float* q_norm, const float* k_norm, float eps, const float* cos_t,            \
             const float* sin_t, float* part_o, float* part_ml, float* out, L2Prefetch pf,       \
-            const __grid_constant__ TmaMap kv_map, int kv_tma, KV* xh, int xh_wg) {             \
+            const __grid_constant__ TmaMap kv_map, int kv_tma, KV* xh, int xh_wg,               \
+            int parts_smem) {                                                                   \
         attn_decode_serial_body<KV, DIM, THREADS>(meta, qkv, kv, tables, geo, heads, kv_heads,  \
                                                   head_dim, window, scale, q_norm, k_norm, eps, \
                                                   cos_t, sin_t, part_o, part_ml, out, pf,       \
-                                                  &kv_map, kv_tma, xh, xh_wg);                  \
+                                                  &kv_map, kv_tma, xh, xh_wg, parts_smem);      \
     }
 
 // attn_decode's launch bounds. ATTN_DECODE_MIN_BLOCKS (a kernel define, unset by default) caps

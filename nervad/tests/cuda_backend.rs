@@ -563,6 +563,14 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "serial attention from 1 token, its partials through global memory",
+                KernelTuning {
+                    serial_attention_from: Some(1),
+                    serial_parts_shared: false,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
                 "tiled weights + the fixed-order GEMM from 9 tokens, 64-token tiles where fewer \
                  waves, chains in 4 blocks per tile",
                 KernelTuning {

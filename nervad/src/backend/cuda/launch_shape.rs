@@ -44,6 +44,11 @@ pub(super) fn attn_serial_shared(head_dim: usize, threads: u32) -> u32 {
     let half = (ATTN_TILE * (maxd + 8) * 2).next_multiple_of(1024);
     (warps * 2 * half + 1024) as u32
 }
+/// Dynamic shared memory for attn_decode_serial's split partials (attention.cu's SharedPartials):
+/// o, then (m, l), of every split of the block's `group` query heads.
+pub(super) fn attn_serial_parts(group: usize, head_dim: usize) -> u32 {
+    (group * ATTN_SPLITS as usize * (head_dim + 2) * 4) as u32
+}
 /// Blocks per (token group, kv head) of attn_prefill, each taking every so-many-th split: enough
 /// for four blocks per SM (two run at once; the rest even out causal attention's unequal token
 /// groups), no more than the splits. Which block runs a split changes none of its bits.
@@ -929,6 +934,14 @@ mod tests {
             4 * 2 * 9 * 1024 + 1024
         );
         assert_eq!(attn_serial_shared(16, 256), attn_serial_shared(128, 256));
+        // qwen3-8b's group of 4 heads of 128 dims: 33 KiB of partials, which two pair blocks
+        // per SM still hold beside their tiles on sm_90 (228 KiB).
+        assert_eq!(attn_serial_parts(4, 128), 4 * 16 * 130 * 4);
+        assert!(
+            2 * (attn_serial_shared(128, ATTN_SERIAL_PAIR_THREADS) + attn_serial_parts(4, 128))
+                + 2 * (8 << 10)
+                <= 228 << 10
+        );
         for hd in [16, 64, 128, 256] {
             assert!(
                 attn_serial_shared(hd, ATTN_THREADS) <= 150 << 10,

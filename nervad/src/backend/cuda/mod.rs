@@ -42,8 +42,8 @@ use step_ledger::{CounterMark, DeviceClock};
 
 use launch_shape::{
     ATTN_GENERAL_DIM, ATTN_PREFILL_ROWS, ATTN_SERIAL_PAIR_THREADS, ATTN_SPLITS, ATTN_THREADS,
-    attn_prefill_shared, attn_prefill_wg_shared, attn_serial_shared, prefill_split_blocks,
-    prepared_inputs,
+    attn_prefill_shared, attn_prefill_wg_shared, attn_serial_parts, attn_serial_shared,
+    prefill_split_blocks, prepared_inputs,
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
@@ -756,6 +756,9 @@ pub struct CudaBackend {
     /// exists (sm_90 and a pool whose tiles are whole page boxes), 0 for cp.async staging.
     kv_map: cudarc::driver::sys::CUtensorMap,
     kv_tma: i32,
+    /// 1 where attn_decode_serial (8 warps, then the pair shape) keeps its splits' partials in
+    /// its shared memory (room for them granted at load), 0 for global memory.
+    serial_parts: [i32; 2],
     /// Whether `bufs.ssq` holds the chunk sums of squares of every row of x the step has: the
     /// last launch that wrote x was a one-tile residual add that also wrote them
     /// (`KernelTuning::norm_sums_from`), so the next norm prologue over x may read them instead of
@@ -1508,11 +1511,26 @@ impl CudaBackend {
         tuning.prefill_wgmma = k.attn_prefill_wg.is_some();
         // attn_decode_serial streams each warp's tiles through one tile of dynamic shared
         // memory; where the device refuses, the split blocks (attn_decode) run its launches, and
-        // where it refuses the pair shape, the 8-warp blocks run those (the same bits).
+        // where it refuses the pair shape, the 8-warp blocks run those (the same bits). Each
+        // shape also keeps its splits' partials there where that still fits as many blocks per
+        // SM as the shape is for (one of 8 warps, two of 4), else in global memory (the same
+        // values either way).
+        let group = config.num_attention_heads / config.num_key_value_heads.max(1);
+        let parts = attn_serial_parts(group, config.head_dim);
+        let serial_shared = |k: Kernel, threads: u32, per_sm: i32| -> Result<_, BackendError> {
+            let tiles = attn_serial_shared(config.head_dim, threads);
+            if tuning.serial_parts_shared
+                && let Ok(kp) = gpu.with_dynamic_shared(k, tiles + parts)
+                && gpu.blocks_per_sm(kp, threads)? >= per_sm
+            {
+                return Ok((kp, 1));
+            }
+            Ok((gpu.with_dynamic_shared(k, tiles)?, 0))
+        };
+        let mut serial_parts = [0; 2];
         if tuning.serial_attention_from.is_some() {
-            let shared = attn_serial_shared(config.head_dim, ATTN_THREADS);
-            match gpu.with_dynamic_shared(k.attn_decode_serial, shared) {
-                Ok(ks) => k.attn_decode_serial = ks,
+            match serial_shared(k.attn_decode_serial, ATTN_THREADS, 1) {
+                Ok((ks, p)) => (k.attn_decode_serial, serial_parts[0]) = (ks, p),
                 Err(e) => {
                     tracing::warn!(
                         arch,
@@ -1523,9 +1541,8 @@ impl CudaBackend {
             }
         }
         if tuning.serial_attention_from.is_some() && tuning.serial_pairs_per_sm.is_some() {
-            let shared = attn_serial_shared(config.head_dim, ATTN_SERIAL_PAIR_THREADS);
-            match gpu.with_dynamic_shared(k.attn_decode_serial_pair, shared) {
-                Ok(ks) => k.attn_decode_serial_pair = ks,
+            match serial_shared(k.attn_decode_serial_pair, ATTN_SERIAL_PAIR_THREADS, 2) {
+                Ok((ks, p)) => (k.attn_decode_serial_pair, serial_parts[1]) = (ks, p),
                 Err(e) => {
                     tracing::warn!(
                         arch,
@@ -1709,6 +1726,7 @@ impl CudaBackend {
             sync_each_step: std::env::var_os("NERVA_CUDA_SYNC").is_some_and(|v| v == "1"),
             tuning,
             kv_tma: i32::from(kv_map.is_some()),
+            serial_parts,
             kv_map: kv_map.unwrap_or(cudarc::driver::sys::CUtensorMap { opaque: [0; 16] }),
             ssq_rows: false,
             gpu,
@@ -2498,14 +2516,18 @@ impl CudaBackend {
         };
         let (xh, xh_wg) = self.half_rows(half, 0);
         let args = args.arg(&xh).arg(&xh_wg);
+        let parts_smem = self.serial_parts[usize::from(pair)];
+        let args = if serial { args.arg(&parts_smem) } else { args };
         let grid = (t as u32, kv_heads as u32, splits);
         // SAFETY: attn_decode_*(StepMeta, const float* qkv, KV* kv, const int* tables,
         // KvGeometry, int heads, int kv_heads, int head_dim, int window, float scale,
         // const float* q_norm, const float* k_norm, float eps, const float* cos,
         // const float* sin, float* part_o, float* part_ml, int* done, float* out,
-        // L2Prefetch pf, KV* xh, int xh_wg); attn_decode_serial_* the same without `done` and
+        // L2Prefetch pf, KV* xh, int xh_wg); attn_decode_serial_* the same without `done`,
         // with the KV pool's tensor map (by value, encoded over the whole pool) and its flag
-        // between pf and xh, attn_decode_cluster_* without part_o, part_ml and done
+        // between pf and xh, and with int parts_smem last (1 only where the kernel's shared
+        // memory was granted room for the partials), attn_decode_cluster_* without part_o,
+        // part_ml and done
         // (launched in clusters of the ATTN_SPLITS blocks of a token and kv head, which grid
         // z spans exactly): as
         // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters

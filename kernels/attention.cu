@@ -1177,7 +1177,7 @@ __device__ __forceinline__ void attn_decode_serial_body(
                                               (dyn0 - (u32)__cvta_generic_to_shared(dyn)) +
                                               W * 2 * HALF)
                    : nullptr;
-    float* const sp_ml = sp_o + G * ATTN_SPLITS * D;
+    float* const sp_ml = sp_o + G * ATTN_SPLITS * D;  // read only where sp_o is not null
     const u32 kbar = (u32)__cvta_generic_to_shared(&bars[2 * warp]), vbar = kbar + 8;
     const int nz = min(ATTN_SPLITS, (s.span + ATTN_TILE - 1) / ATTN_TILE);
     const bool computes = warp < W && warp < nz;

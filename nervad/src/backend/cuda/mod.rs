@@ -2526,14 +2526,12 @@ impl CudaBackend {
         // L2Prefetch pf, KV* xh, int xh_wg); attn_decode_serial_* the same without `done`,
         // with the KV pool's tensor map (by value, encoded over the whole pool) and its flag
         // between pf and xh, and with int parts_smem last (1 only where the kernel's shared
-        // memory was granted room for the partials), attn_decode_cluster_* without part_o,
-        // part_ml and done
-        // (launched in clusters of the ATTN_SPLITS blocks of a token and kv head, which grid
-        // z spans exactly): as
-        // rope_append and attn_split below; done holds max_step_tokens × kv_heads counters
-        // (zero between launches); out holds max_step_tokens × q_dim floats and xh (null or
-        // in xb) as many 16-bit values; pf holds ranges of live weight buffers (a prefetch
-        // reads nothing into the kernel).
+        // memory was granted room for the partials); attn_decode_cluster_* without part_o,
+        // part_ml and done (launched in clusters of the ATTN_SPLITS blocks of a token and kv
+        // head, which grid z spans exactly): as rope_append and attn_split below; done holds
+        // max_step_tokens × kv_heads counters (zero between launches); out holds
+        // max_step_tokens × q_dim floats and xh (null or in xb) as many 16-bit values; pf
+        // holds ranges of live weight buffers (a prefetch reads nothing into the kernel).
         unsafe {
             if cluster {
                 let dims = (1, 1, ATTN_SPLITS);

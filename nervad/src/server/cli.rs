@@ -41,6 +41,10 @@ enum Command {
     MakeModel(crate::model::generate::MakeModelArgs),
     /// Teacher-forced logits and greedy tokens of a snapshot through the engine (parity).
     Dump(crate::engine::dump::DumpArgs),
+    /// Compile every GPU kernel for the given architectures into the kernel cache, with no GPU
+    /// (NVRTC and the CUDA headers only): a daemon started later on that NVRTC version loads
+    /// them instead of compiling at start.
+    CompileKernels(crate::backend::cuda::prebuild::CompileKernelsArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -558,6 +562,16 @@ pub fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("dump: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Some(Command::CompileKernels(args)) => {
+            init_logging(LogFormat::Text);
+            match crate::backend::cuda::prebuild::run_compile_kernels(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("compile-kernels: {e}");
                     ExitCode::FAILURE
                 }
             }

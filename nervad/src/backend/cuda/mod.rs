@@ -19,6 +19,7 @@ pub mod blas;
 pub mod driver;
 pub mod kernels;
 pub mod launch_shape;
+pub mod prebuild;
 pub mod step_ledger;
 pub mod swap;
 pub mod tma;

@@ -122,3 +122,39 @@ fn a_compile_error_shows_the_log_and_the_options() {
         "options missing: {err}"
     );
 }
+
+/// `nervad compile-kernels` fills a cache that a later build reads: the first run compiles, the
+/// second finds every entry verified, and the daemon's own lookup (`build_in` on that
+/// directory) loads the same cubin. One small module, so the check stays quick.
+#[test]
+fn compile_kernels_fills_the_cache_the_daemon_reads() {
+    use nervad::backend::cuda::prebuild::{CompileKernelsArgs, compile_modules};
+    if let Err(why) = nvrtc_available() {
+        println!("skipped: {why}");
+        return;
+    }
+    if cuda_include_dir().is_none() {
+        println!("skipped: CUDA headers not found (set NERVA_CUDA_INCLUDE)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("nerva-prebuild-{}", std::process::id()));
+    let args = CompileKernelsArgs {
+        arch: vec![90],
+        cache_dir: Some(dir.clone()),
+    };
+    let first = compile_modules(&args, &["bench.cu"]).expect("compile");
+    assert_eq!(
+        (first[0].arch, first[0].compiled, first[0].cached),
+        (90, 1, 0)
+    );
+    let again = compile_modules(&args, &["bench.cu"]).expect("verify");
+    assert_eq!((again[0].compiled, again[0].cached), (0, 1));
+    let fresh = build_in(90, &["bench.cu"], None).expect("compile without a cache");
+    let daemon = build_in(90, &["bench.cu"], Some(&dir)).expect("load");
+    assert!(daemon[0].cached, "the daemon's lookup finds the entry");
+    assert_eq!(
+        daemon[0].cubin, fresh[0].cubin,
+        "the cached cubin is the compiled one"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -56,16 +56,24 @@ fn parse_arch(s: &str) -> Result<u32, String> {
 
 /// Compile (or verify) every module for each of `args.arch` into the cache directory.
 pub fn compile_kernels(args: &CompileKernelsArgs) -> Result<Vec<ArchReport>, BackendError> {
+    let names: Vec<&str> = MODULES.iter().map(|m| m.name).collect();
+    compile_modules(args, &names)
+}
+
+/// `compile_kernels` for the modules named (file names under `kernels/`) only.
+pub fn compile_modules(
+    args: &CompileKernelsArgs,
+    names: &[&str],
+) -> Result<Vec<ArchReport>, BackendError> {
     let dir = args.cache_dir.clone().or_else(cache_dir).ok_or_else(|| {
         BackendError::Device(
             "no cache directory: pass --cache-dir, or set XDG_CACHE_HOME or HOME".into(),
         )
     })?;
-    let names: Vec<&str> = MODULES.iter().map(|m| m.name).collect();
     args.arch
         .iter()
         .map(|&arch| {
-            let modules = build_in(arch, &names, Some(&dir))?;
+            let modules = build_in(arch, names, Some(&dir))?;
             let compiled = modules.iter().filter(|m| !m.cached).count();
             let spills = modules
                 .iter()

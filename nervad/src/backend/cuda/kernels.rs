@@ -153,6 +153,7 @@ pub fn nvrtc_available() -> Result<(), BackendError> {
                 path.to_string_lossy()
             )));
         }
+        preload_builtins(Path::new(&path));
     }
     // SAFETY: only tries to dlopen NVRTC by its usual names.
     if unsafe { nvrtc::is_culib_present() } {
@@ -163,6 +164,33 @@ pub fn nvrtc_available() -> Result<(), BackendError> {
              nvidia-cuda-nvrtc wheel and point NERVA_NVRTC_LIB at libnvrtc.so"
                 .into(),
         ))
+    }
+}
+
+/// NVRTC opens its builtins library (`libnvrtc-builtins.so.13.0`) by name when it first
+/// compiles, and some wheels' NVRTC finds it only on the loader path: a library that
+/// `NERVA_NVRTC_LIB` names outside that path then fails every compile. Loading the builtins
+/// that lie beside it first makes that by-name open find them resident. (Best effort: where
+/// none are found, NVRTC looks them up as before and reports what it could not open.)
+fn preload_builtins(nvrtc_lib: &Path) {
+    let Some(dir) = nvrtc_lib.parent() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        // The `.alt` builtins are another variant with the same soname; one is enough.
+        if !name.starts_with("libnvrtc-builtins.so.") {
+            continue;
+        }
+        let Ok(c) = CString::new(entry.path().to_string_lossy().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: dlopen of a shared library by path, kept open for the process lifetime.
+        unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
     }
 }
 

@@ -389,6 +389,98 @@ fn prefill_and_fused_decode_give_identical_bits() {
     }
 }
 
+/// `--projections blas` (cuBLAS for every projection launch of 16 tokens or more, decode
+/// batches included, the tensor cores below) stays within the parity bound of the default
+/// kernels: 16 sequences decoded side by side through cuBLAS, and one alone through the tensor
+/// kernels, against the default backend's prefill of the same tokens at every position.
+#[test]
+fn blas_projections_stay_within_the_parity_bound() {
+    use nervad::backend::cuda::{CudaBackend, Projections};
+    use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
+    let Some(cuda) = device() else { return };
+    for preset in presets(&[Preset::Tiny, Preset::TinyQwen2], &[Preset::Qwen3_0_6b]) {
+        let dir = checkpoint(preset);
+        let model = LoadedModel::load(&dir).expect("load");
+        let config = model.config.clone();
+        let vocab = config.vocab_size;
+        let seqs = 16usize;
+        let n = 40usize; // two attention tiles, the second partly filled
+        let pages = n.div_ceil(16);
+        let options = BackendOptions {
+            max_seqs: seqs + 1,
+            max_step_tokens: 128,
+            page_tokens: 16,
+            kv_budget_bytes: 256 << 20,
+            max_context: 256,
+            threads: 0,
+            swap: nervad::backend::SwapSpace::None,
+        };
+        let tokens: Vec<u32> = (0..n as u32)
+            .map(|i| (11 + 17 * i) % vocab as u32)
+            .collect();
+        let tables: Vec<Vec<u32>> = (0..=seqs)
+            .map(|s| ((s * pages) as u32..((s + 1) * pages) as u32).collect())
+            .collect();
+        let params = SamplingParams::default();
+        let step = |slot, tokens, start_pos, table| SeqStep {
+            slot,
+            tokens,
+            start_pos,
+            block_table: table,
+            sample: false,
+            want_logits: true,
+            from_last_sample: false,
+        };
+        let want = {
+            let mut b = CudaBackend::new(&config, &model.weights, options, cuda).expect("backend");
+            b.start_sequence(0, &params, 0, &tokens).unwrap();
+            let mut out = StepOutput::default();
+            b.step(&[step(0, &tokens[..], 0, &tables[0])], &mut out)
+                .unwrap();
+            out.logits.clone()
+        };
+        let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let blas = CudaOptions {
+            projections: Projections::Blas,
+            ..cuda
+        };
+        let mut b = CudaBackend::new(&config, &model.weights, options, blas).expect("backend");
+        for s in 0..=seqs {
+            b.start_sequence(s as u32, &params, 0, &tokens).unwrap();
+        }
+        let mut out = StepOutput::default();
+        let (mut many, mut alone) = (0f32, 0f32);
+        for i in 0..n {
+            let one = &tokens[i..i + 1];
+            let want = &want[i * vocab..(i + 1) * vocab];
+            let off = |got: &[f32]| {
+                got.iter()
+                    .zip(want)
+                    .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+            };
+            let batch: Vec<SeqStep> = (0..seqs)
+                .map(|s| step(s as u32, one, i as u32, &tables[s]))
+                .collect();
+            b.step(&batch, &mut out).unwrap();
+            assert_eq!(out.logits.len(), seqs * vocab);
+            many = out.logits.chunks(vocab).map(off).fold(many, f32::max);
+            b.step(&[step(seqs as u32, one, i as u32, &tables[seqs])], &mut out)
+                .unwrap();
+            alone = alone.max(off(&out.logits));
+        }
+        assert!(
+            many.max(alone) <= REL_TOL * scale,
+            "{preset:?}: blas projections off by {many} in a batch of {seqs}, {alone} alone \
+             (max |logit| {scale})"
+        );
+        println!(
+            "{preset:?}: blas projections within {:.2e} of max in a batch of {seqs}, {:.2e} alone",
+            many / scale,
+            alone / scale
+        );
+    }
+}
+
 /// The speed-only kernel variants (`KernelTuning`: the deep one-n-tile projection, inputs
 /// prepared for one n-tile, token-split multi-tile projections, the serial-split and the
 /// cluster decode attention, the fixed-order GEMM on mma.sync and on wgmma) give the same bits

@@ -92,14 +92,16 @@ struct ServeArgs {
     /// Run prompt (prefill) projections through cuBLAS instead of the tensor-core decode
     /// kernels: prompts about twice as fast, but their numbers then depend on how they were
     /// chunked and batched (cuBLAS sums in an order that depends on the number of rows), so a
-    /// sequence's tokens are no longer batch-invariant. Implied by --projections gemv|mixed.
+    /// sequence's tokens are no longer batch-invariant. Implied by --projections gemv|mixed|blas.
     #[arg(long)]
     fast_prefill: bool,
     /// Kernels of the decode projections: `tensor` (tensor cores, batch-invariant: a
     /// sequence's tokens are the same alone or in any batch; weights read once per step up to
     /// 64 sequences), `gemv` (CUDA cores, f32 inputs, also batch-invariant: ~10% faster at one
-    /// sequence, reads the weights once per 8 sequences) or `mixed` (gemv up to 2 sequences,
-    /// tensor above: the fastest everywhere, NOT batch-invariant).
+    /// sequence, reads the weights once per 8 sequences), `mixed` (gemv up to 2 sequences,
+    /// tensor above, NOT batch-invariant) or `blas` (tensor below 16 tokens, cuBLAS for every
+    /// step of 16 tokens or more, decode batches included: the throughput mode for many
+    /// streams, NOT batch-invariant).
     #[arg(long, default_value = "tensor")]
     projections: crate::backend::cuda::Projections,
     /// Engine worker threads for the CPU backend (0 = all cores).

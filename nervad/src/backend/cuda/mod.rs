@@ -76,6 +76,9 @@ const GEMM_MIN_TOKENS: usize = 8;
 /// shapes: at 1 token the GEMV is faster on every projection, mma at 0.86–0.95× its speed; at
 /// 2 on all but q|k|v; at 8 mma is 1.24–2.6× faster; BENCHMARKS.md, 2026-11-23 third session).
 const GEMV_MAX_TOKENS: usize = 2;
+/// `Projections::Blas`: cuBLAS takes every projection launch of at least this many tokens
+/// (decode batches and prompt chunks alike), the tensor-core kernels the smaller ones.
+const BLAS_MIN_TOKENS: usize = 16;
 /// Steps that may be launched and not yet collected.
 const RING: usize = 4;
 /// Marks a decode token read from the device token ring (kernels/common.cuh).
@@ -124,7 +127,8 @@ pub struct CudaOptions {
     /// about twice as fast, but cuBLAS sums in an order of its own that depends on the number
     /// of rows, so a prompt's numbers then depend on how it was chunked and batched. Without
     /// it a prompt's numbers are bit-identical to decoding the same tokens one by one.
-    /// Implied by `Projections::Gemv` and `Projections::Mixed` (speed modes: the GEMV is no
+    /// Implied by `Projections::Gemv`, `Projections::Mixed` and `Projections::Blas` (speed
+    /// modes: the GEMV is no
     /// prefill kernel).
     pub fast_prefill: bool,
     /// Which kernels run the projections of decode tokens (and of prefill, unless
@@ -148,6 +152,11 @@ pub enum Projections {
     /// The GEMV up to 2 tokens, the tensor cores above: the fastest at every batch size, but
     /// NOT batch-invariant (a sequence's numbers change when its step crosses 2 tokens).
     Mixed,
+    /// cuBLAS for every launch of `BLAS_MIN_TOKENS` tokens or more (decode batches and prompt
+    /// chunks in one GEMM each, the weights read once per step), the tensor cores below: the
+    /// throughput mode for large batches, NOT batch-invariant (cuBLAS sums in an order that
+    /// depends on the number of rows).
+    Blas,
 }
 
 impl std::str::FromStr for Projections {
@@ -157,8 +166,9 @@ impl std::str::FromStr for Projections {
             "tensor" => Ok(Projections::Tensor),
             "gemv" => Ok(Projections::Gemv),
             "mixed" => Ok(Projections::Mixed),
+            "blas" => Ok(Projections::Blas),
             other => Err(format!(
-                "unknown projection kernels {other:?} (tensor, gemv or mixed)"
+                "unknown projection kernels {other:?} (tensor, gemv, mixed or blas)"
             )),
         }
     }
@@ -1881,7 +1891,7 @@ impl CudaBackend {
     fn token_proj(&mut self, p: &Proj, t: usize) -> Result<bool, BackendError> {
         let ks = self.k;
         let tensor = match self.projections {
-            Projections::Tensor => true,
+            Projections::Tensor | Projections::Blas => true,
             Projections::Gemv => false,
             Projections::Mixed => t > GEMV_MAX_TOKENS,
         };
@@ -2162,11 +2172,16 @@ impl CudaBackend {
 
     /// A layer projection over the step's `t` tokens, of which the first `singles` are decode
     /// tokens: the prefill rows after them, when there are at least GEMM_MIN_TOKENS, through
-    /// cuBLAS (input prepared and rounded to 16 bits by to_half); the rest through the GEMV
-    /// kernels.
+    /// cuBLAS (input prepared and rounded to 16 bits by to_half); the rest through the
+    /// configured decode kernels (`token_proj`). Under `Projections::Blas`, a launch of at least
+    /// BLAS_MIN_TOKENS rows goes through cuBLAS whole, decode rows included.
     /// Returns whether the projection's epilogue did `Proj::rope`'s work.
     fn project(&mut self, p: Proj, t: usize, singles: usize) -> Result<bool, BackendError> {
-        let split = if self.blas.is_some() && t - singles >= GEMM_MIN_TOKENS {
+        let split = if self.blas.is_none() {
+            t
+        } else if self.projections == Projections::Blas && t >= BLAS_MIN_TOKENS {
+            0
+        } else if t - singles >= GEMM_MIN_TOKENS {
             singles
         } else {
             t

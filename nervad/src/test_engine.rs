@@ -361,6 +361,7 @@ impl InferenceEngine for TestEngine {
             kv_pages_total: 0,
             kv_page_tokens: 0,
             weight_bytes: 0,
+            step_weight_bytes: 0,
             kv_bytes_per_token: 0,
             read_bandwidth_bytes_per_s: None,
         }

@@ -761,3 +761,27 @@ fn launches_ahead_and_their_misses_are_counted() {
     );
     assert_eq!(end.missed, [1, 0, 0, 0, 0, 1]);
 }
+
+/// The roofline's weight bytes: a tied embedding is the LM head, which every step reads whole;
+/// an untied input table is read only at its tokens' rows, so the step leaves it out.
+#[test]
+fn a_step_reads_every_weight_but_an_untied_input_table() {
+    use nervad::engine::InferenceEngine as _;
+    let tied = scripted(&[]).info();
+    assert!(tied.weight_bytes > 0);
+    assert_eq!(tied.step_weight_bytes, tied.weight_bytes);
+
+    let mut model = scripted_model();
+    let table = model.weights.embed_tokens.bytes().len() as u64;
+    // An LM head of its own: a copy of the table's values in separate memory.
+    let head = engine_support::weights(&model.config, 2).embed_tokens;
+    assert!(!std::ptr::eq(
+        head.bytes().as_ptr(),
+        model.weights.embed_tokens.bytes().as_ptr()
+    ));
+    model.weights.lm_head = head;
+    let backend = ScriptedBackend::new(scripted_limits(), vec![]);
+    let untied = Engine::new(model, Box::new(backend), EngineOptions::default()).info();
+    assert_eq!(untied.weight_bytes, tied.weight_bytes + table);
+    assert_eq!(untied.step_weight_bytes, untied.weight_bytes - table);
+}

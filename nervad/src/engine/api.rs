@@ -260,6 +260,10 @@ pub struct EngineInfo {
     pub kv_page_tokens: u32,
     /// Bytes of the model's weights as stored (a tied LM head counted once).
     pub weight_bytes: u64,
+    /// Bytes of the weights one decode step reads: `weight_bytes` less an untied input
+    /// embedding table, of which a step reads only its tokens' rows (a step roofline's weight
+    /// bytes).
+    pub step_weight_bytes: u64,
     /// Bytes one token takes in the KV pool (all layers, K and V); 0 without a KV pool.
     pub kv_bytes_per_token: u64,
     /// The device's streaming read bandwidth, bytes per second, measured once at start (the

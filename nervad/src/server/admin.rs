@@ -153,6 +153,7 @@ pub fn status_json(
             "max_context": ctx.engine.max_context,
             "max_batch": ctx.engine.max_batch,
             "weight_bytes": ctx.engine.weight_bytes,
+            "step_weight_bytes": ctx.engine.step_weight_bytes,
         },
         "backend": ctx.engine.backend,
         "device": ctx.engine.device,

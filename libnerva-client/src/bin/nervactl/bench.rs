@@ -374,7 +374,9 @@ pub struct DaemonFacts {
     pub max_batch: u32,
     /// Tokens per KV page.
     pub page_tokens: u32,
-    /// Bytes of the weights: what every decode step reads.
+    /// Bytes of the weights every decode step reads (the daemon's `step_weight_bytes`: an
+    /// untied input embedding table, of which a step reads only its tokens' rows, left out;
+    /// from a daemon that does not say, all of its weights).
     pub weight_bytes: u64,
     /// Bytes one token takes in the KV pool; `None` from a daemon that does not say.
     pub kv_bytes_per_token: Option<u64>,
@@ -402,7 +404,8 @@ impl DaemonFacts {
             max_context: small("/model/max_context")?,
             max_batch: small("/model/max_batch")?,
             page_tokens: small("/kv/page_tokens")?,
-            weight_bytes: num("/model/weight_bytes")?,
+            weight_bytes: num("/model/step_weight_bytes")
+                .or_else(|_| num("/model/weight_bytes"))?,
             kv_bytes_per_token: num("/kv/bytes_per_token").ok().filter(|&b| b > 0),
             read_bandwidth: status["read_bandwidth_bytes_per_s"]
                 .as_f64()

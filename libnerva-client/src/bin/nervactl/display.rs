@@ -9,7 +9,7 @@ fn parse(json: &str) -> Value {
 }
 
 /// The rows of `status` (JSON paths; the table shows human-scaled values).
-pub const STATUS_FIELDS: [(&str, Show); 45] = [
+pub const STATUS_FIELDS: [(&str, Show); 46] = [
     ("model.name", Show::Text),
     ("model.architecture", Show::Text),
     ("model.dtype", Show::Text),
@@ -17,6 +17,7 @@ pub const STATUS_FIELDS: [(&str, Show); 45] = [
     ("model.max_context", Show::Text),
     ("model.max_batch", Show::Text),
     ("model.weight_bytes", Show::Bytes),
+    ("model.step_weight_bytes", Show::Bytes),
     ("backend", Show::Text),
     ("device", Show::Text),
     ("read_bandwidth_bytes_per_s", Show::ByteRate),

@@ -16,7 +16,8 @@
 //!   (received → first token sampled), so that the rest is the trip through the rings;
 //! - the step roofline: a decode step of B = min(S, max_batch) sequences reads the weights once
 //!   and each sequence's KV once, so at the device's read bandwidth it takes
-//!   (weight_bytes + B × mean_context × kv_bytes_per_token) / bandwidth and yields B tokens.
+//!   (weight_bytes + B × mean_context × kv_bytes_per_token) / bandwidth and yields B tokens
+//!   (weight_bytes: the daemon's step_weight_bytes, what a decode step reads of the weights).
 //!   `mean_context` is measured: the context (prompt + earlier output) of every token that
 //!   arrived inside the window, averaged. tok/s is quoted as a share of B / step time, and each
 //!   ITL percentile as the roofline step time's share of it.

@@ -293,6 +293,25 @@ fn steady_decode_allocates_nothing_and_replays_graphs() {
     }
 }
 
+/// One sequence's entry of a backend step that returns the logits of its new positions and
+/// samples nothing.
+fn logits_step<'a>(
+    slot: u32,
+    tokens: &'a [u32],
+    start_pos: u32,
+    table: &'a [u32],
+) -> nervad::backend::SeqStep<'a> {
+    nervad::backend::SeqStep {
+        slot,
+        tokens,
+        start_pos,
+        block_table: table,
+        sample: false,
+        want_logits: true,
+        from_last_sample: false,
+    }
+}
+
 /// By default a prompt run as one prefill step (tensor-core projections, rope_append +
 /// attn_split + attn_combine) and the same tokens fed one per step (the fused attn_decode) give
 /// bit-identical logits at every position, and so do two sequences decoded side by side: the
@@ -301,7 +320,7 @@ fn steady_decode_allocates_nothing_and_replays_graphs() {
 #[test]
 fn prefill_and_fused_decode_give_identical_bits() {
     use nervad::backend::cuda::CudaBackend;
-    use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
+    use nervad::backend::{Backend, BackendOptions, StepOutput};
     let Some(cuda) = device() else { return };
     for preset in presets(&[Preset::Tiny, Preset::TinyQwen2], &[Preset::Qwen3_0_6b]) {
         let dir = checkpoint(preset);
@@ -322,15 +341,6 @@ fn prefill_and_fused_decode_give_identical_bits() {
         let table_a: Vec<u32> = (0..5).collect();
         let table_b: Vec<u32> = (5..10).collect();
         let params = SamplingParams::default();
-        let step = |slot, tokens, start_pos, table| SeqStep {
-            slot,
-            tokens,
-            start_pos,
-            block_table: table,
-            sample: false,
-            want_logits: true,
-            from_last_sample: false,
-        };
         // The default: prefill through the decode kernels.
         let exact = cuda;
         let prefill = {
@@ -338,15 +348,15 @@ fn prefill_and_fused_decode_give_identical_bits() {
             b.start_sequence(0, &params, 0, &tokens).unwrap();
             b.start_sequence(1, &params, 0, &tokens).unwrap();
             let mut out = StepOutput::default();
-            b.step(&[step(0, &tokens[..], 0, &table_a)], &mut out)
+            b.step(&[logits_step(0, &tokens[..], 0, &table_a)], &mut out)
                 .unwrap();
             let prefill = out.logits.clone();
             assert_eq!(prefill.len(), n * vocab);
             for i in 0..n {
                 let one = &tokens[i..i + 1];
                 let batch = [
-                    step(1, one, i as u32, &table_b),
-                    step(0, one, i as u32, &table_a),
+                    logits_step(1, one, i as u32, &table_b),
+                    logits_step(0, one, i as u32, &table_a),
                 ];
                 // Slot 0 rewrites the KV values its prefill wrote.
                 b.step(&batch, &mut out).unwrap();
@@ -370,7 +380,7 @@ fn prefill_and_fused_decode_give_identical_bits() {
         let mut b = CudaBackend::new(&config, &model.weights, options, fast).expect("backend");
         b.start_sequence(0, &params, 0, &tokens).unwrap();
         let mut out = StepOutput::default();
-        b.step(&[step(0, &tokens[..], 0, &table_a)], &mut out)
+        b.step(&[logits_step(0, &tokens[..], 0, &table_a)], &mut out)
             .unwrap();
         let scale = prefill.iter().fold(0f32, |m, x| m.max(x.abs()));
         let worst = prefill
@@ -422,20 +432,11 @@ fn blas_projections_stay_within_the_parity_bound() {
             .map(|s| ((s * pages) as u32..((s + 1) * pages) as u32).collect())
             .collect();
         let params = SamplingParams::default();
-        let step = |slot, tokens, start_pos, table| SeqStep {
-            slot,
-            tokens,
-            start_pos,
-            block_table: table,
-            sample: false,
-            want_logits: true,
-            from_last_sample: false,
-        };
         let want = {
             let mut b = CudaBackend::new(&config, &model.weights, options, cuda).expect("backend");
             b.start_sequence(0, &params, 0, &tokens).unwrap();
             let mut out = StepOutput::default();
-            b.step(&[step(0, &tokens[..], 0, &tables[0])], &mut out)
+            b.step(&[logits_step(0, &tokens[..], 0, &tables[0])], &mut out)
                 .unwrap();
             out.logits.clone()
         };
@@ -459,13 +460,16 @@ fn blas_projections_stay_within_the_parity_bound() {
                     .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
             };
             let batch: Vec<SeqStep> = (0..seqs)
-                .map(|s| step(s as u32, one, i as u32, &tables[s]))
+                .map(|s| logits_step(s as u32, one, i as u32, &tables[s]))
                 .collect();
             b.step(&batch, &mut out).unwrap();
             assert_eq!(out.logits.len(), seqs * vocab);
             many = out.logits.chunks(vocab).map(off).fold(many, f32::max);
-            b.step(&[step(seqs as u32, one, i as u32, &tables[seqs])], &mut out)
-                .unwrap();
+            b.step(
+                &[logits_step(seqs as u32, one, i as u32, &tables[seqs])],
+                &mut out,
+            )
+            .unwrap();
             alone = alone.max(off(&out.logits));
         }
         assert!(

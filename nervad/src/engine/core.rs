@@ -312,23 +312,27 @@ impl Sequence {
     }
 }
 
-/// Bytes of the weights one decode step reads: all of `model_weight_bytes` but an untied input
+/// Bytes of the weights one decode step reads: all of them (`all`) but an untied input
 /// embedding table, of which a step reads only its tokens' rows (a tied one is the LM head,
 /// which every step reads whole). The step roofline's weight bytes: counting qwen3-8b's 1.24 GB
 /// table put its batch-1 roofline 8% too high.
-fn step_weight_bytes(w: &crate::model::ModelWeights) -> u64 {
-    let all = model_weight_bytes(w);
-    if std::ptr::eq(w.lm_head.bytes().as_ptr(), w.embed_tokens.bytes().as_ptr()) {
+fn step_weight_bytes(w: &crate::model::ModelWeights, all: u64) -> u64 {
+    if tied_head(w) {
         all
     } else {
         all - w.embed_tokens.bytes().len() as u64
     }
 }
 
+/// Whether the LM head is the embedding table (the same bytes).
+fn tied_head(w: &crate::model::ModelWeights) -> bool {
+    std::ptr::eq(w.lm_head.bytes().as_ptr(), w.embed_tokens.bytes().as_ptr())
+}
+
 /// Bytes of every tensor of `w` as stored, a tied LM head (same bytes as the embedding) once.
 fn model_weight_bytes(w: &crate::model::ModelWeights) -> u64 {
     let mut total = w.embed_tokens.bytes().len() + w.norm.bytes().len();
-    if !std::ptr::eq(w.lm_head.bytes().as_ptr(), w.embed_tokens.bytes().as_ptr()) {
+    if !tied_head(w) {
         total += w.lm_head.bytes().len();
     }
     for l in &w.layers {
@@ -530,7 +534,7 @@ impl Engine {
             .map(|_| Sequence::empty(&limits, longest))
             .collect();
         let weight_bytes = model_weight_bytes(&model.weights);
-        let step_weight_bytes = step_weight_bytes(&model.weights);
+        let step_weight_bytes = step_weight_bytes(&model.weights, weight_bytes);
         match (options.preemption, limits.swap_pages) {
             (Preemption::Recompute, _) => tracing::info!("preemption: recompute"),
             (Preemption::Swap, 0) => {

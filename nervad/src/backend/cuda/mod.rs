@@ -128,8 +128,7 @@ pub struct CudaOptions {
     /// of rows, so a prompt's numbers then depend on how it was chunked and batched. Without
     /// it a prompt's numbers are bit-identical to decoding the same tokens one by one.
     /// Implied by `Projections::Gemv`, `Projections::Mixed` and `Projections::Blas` (speed
-    /// modes: the GEMV is no
-    /// prefill kernel).
+    /// modes: the GEMV is no prefill kernel).
     pub fast_prefill: bool,
     /// Which kernels run the projections of decode tokens (and of prefill, unless
     /// `fast_prefill`).

@@ -201,12 +201,18 @@ fn mixed_steps(
     while !sink.all_have(tags.clone(), 8) {
         assert!(engine.step(&mut sink), "the requests ended during warm-up");
     }
+    // Eight collected decode-only steps (not eight engine calls: a call may only hold the
+    // next launch for a follow-up request, e.g. while the previous --batch row's requests
+    // finish, and then collects nothing, which read as a 0-ms step).
     let before = engine.backend_stats();
-    for _ in 0..8 {
-        engine.step(&mut sink);
+    let mut collected = 0u32;
+    while collected < 8 {
+        let emitted = sink.tokens;
+        assert!(engine.step(&mut sink), "the requests ended during warm-up");
+        collected += u32::from(sink.tokens > emitted);
     }
     let d = delta(before, engine.backend_stats());
-    let decode_ms = d.gpu_ms / d.steps.max(1) as f64;
+    let decode_ms = d.gpu_ms / f64::from(collected);
     let (mut ttft, mut step_ms) = (Vec::new(), Vec::new());
     for run in 0..RUNS {
         *tag += 1;

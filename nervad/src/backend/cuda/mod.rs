@@ -1654,8 +1654,11 @@ impl CudaBackend {
             None
         } else if !Blas::present() {
             tracing::warn!(
-                "libcublas not found: prefill projections run on the GEMV kernels (slower \
-                 prompts); add the CUDA toolkit's lib64 to the loader path for cuBLAS"
+                projections = ?cuda.projections,
+                "libcublas not found: the projections cuBLAS would take (prompt rows, and under \
+                 --projections blas every step of 16 tokens or more) run on the decode \
+                 projections' kernels instead (slower); add the CUDA toolkit's lib64 to the \
+                 loader path for cuBLAS"
             );
             None
         } else {

@@ -1656,9 +1656,9 @@ impl CudaBackend {
             tracing::warn!(
                 projections = ?cuda.projections,
                 "libcublas not found: the projections cuBLAS would take (prompt rows, and under \
-                 --projections blas every step of 16 tokens or more) run on the decode \
-                 projections' kernels instead (slower); add the CUDA toolkit's lib64 to the \
-                 loader path for cuBLAS"
+                 --projections blas every step of {BLAS_MIN_TOKENS} tokens or more) run on the \
+                 decode projections' kernels instead (slower); add the CUDA toolkit's lib64 to \
+                 the loader path for cuBLAS"
             );
             None
         } else {

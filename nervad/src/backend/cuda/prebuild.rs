@@ -54,6 +54,15 @@ fn parse_arch(s: &str) -> Result<u32, String> {
     Ok(arch)
 }
 
+/// The directory to fill: `--cache-dir`, else the daemon's.
+fn target_dir(args: &CompileKernelsArgs) -> Result<PathBuf, BackendError> {
+    args.cache_dir.clone().or_else(cache_dir).ok_or_else(|| {
+        BackendError::Device(
+            "no cache directory: pass --cache-dir, or set XDG_CACHE_HOME or HOME".into(),
+        )
+    })
+}
+
 /// Compile (or verify) every module for each of `args.arch` into the cache directory.
 pub fn compile_kernels(args: &CompileKernelsArgs) -> Result<Vec<ArchReport>, BackendError> {
     let names: Vec<&str> = MODULES.iter().map(|m| m.name).collect();
@@ -65,11 +74,7 @@ pub fn compile_modules(
     args: &CompileKernelsArgs,
     names: &[&str],
 ) -> Result<Vec<ArchReport>, BackendError> {
-    let dir = args.cache_dir.clone().or_else(cache_dir).ok_or_else(|| {
-        BackendError::Device(
-            "no cache directory: pass --cache-dir, or set XDG_CACHE_HOME or HOME".into(),
-        )
-    })?;
+    let dir = target_dir(args)?;
     args.arch
         .iter()
         .map(|&arch| {
@@ -107,7 +112,7 @@ pub fn run_compile_kernels(args: CompileKernelsArgs) -> Result<(), BackendError>
             println!("  {module} {kernel}: {spill} bytes spilled");
         }
     }
-    let dir = args.cache_dir.or_else(cache_dir).unwrap_or_default();
+    let dir = target_dir(&args)?;
     println!(
         "cache {} filled in {:.1} s",
         dir.display(),

@@ -20,8 +20,8 @@ use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
     MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_PERSIST,
     MMA_RING, MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_plan, kernels,
-    mma_gemm_shared, mma_launch, mma_threads, one_tile_form, persistent_blocks, ring_form,
-    to_half_grid, wg_gemm_shared, wgs_blocks,
+    mma_gemm_shared, mma_launch, mma_threads, one_tile_form, persistent_blocks, prompt_fit,
+    ring_form, to_half_grid, wg_gemm_shared, wgs_blocks,
 };
 use nervad::model::DType;
 
@@ -654,7 +654,7 @@ fn run(cli: &Cli) -> Res<()> {
     let Some(mut blas) = blas else { return Ok(()) };
     println!();
     println!(
-        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7}",
+        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7} | pick",
         "model",
         "proj",
         "M",
@@ -678,6 +678,27 @@ fn run(cli: &Cli) -> Res<()> {
         "TFLOP/s",
         "ratio"
     );
+    // The launch the backend picks, in this table's columns (KernelTuning from the environment,
+    // wgmma only on sm_90 as the backend grants it).
+    let tuned = KernelTuning {
+        wgmma: defaults.wgmma && arch == 90,
+        ..defaults
+    };
+    let picked_column = |m: usize, shape: &Shape| {
+        let l = mma_launch(m, shape.r, shape.k, sms, &tuned);
+        let wg = tuned.wgmma && shape.k.is_multiple_of(64);
+        let name = match l.variant {
+            MMA_GEMM if wg && tuned.wg_tma => "WGT",
+            MMA_GEMM if wg && tuned.wg_specialized => "WGS",
+            MMA_GEMM if wg => "WG",
+            MMA_GEMM => "GEMM",
+            MMA_GEMM_NARROW if wg => "WG64",
+            MMA_GEMM_NARROW => "GEMM64",
+            v => MMA_VARIANTS[v],
+        };
+        let plan = if l.whole > 0 { "t" } else { "x" };
+        format!("{name} {plan}{}", l.splits)
+    };
     for shape in SHAPES.iter().filter(|s| s.name != "lm_head" && picked(s)) {
         let fam = families
             .iter()
@@ -702,16 +723,16 @@ fn run(cli: &Cli) -> Res<()> {
                 .clone();
             // Chain splits as the backend picks them (`gemm_plan`, with NERVA_MMA_GEMM_TAIL as
             // the backend reads it).
-            let tail = KernelTuning::from_env().gemm_tail;
+            let tail = tuned.gemm_tail;
             let mut gemm_tiles = |variant, tile: usize, split| -> Res<Option<(f64, (u32, u32))>> {
                 if m <= 8 {
                     return Ok(None);
                 }
                 let token_tiles = m.div_ceil(tile);
-                // (Costed as on wgmma where the backend would run it so, as mma_launch does.)
-                let wg = arch == 90 && shape.k.is_multiple_of(64);
+                // (Priced by the fit the backend would price it by, as mma_launch does.)
+                let fit = prompt_fit(m, shape.k, &tuned);
                 let (splits, whole) =
-                    gemm_plan(m, (shape.r, shape.k), sms, (tile, wg), split, tail);
+                    gemm_plan(m, (shape.r, shape.k), sms, (tile, fit), split, tail);
                 let launch = MmaLaunch {
                     variant,
                     rows: 128,
@@ -775,7 +796,7 @@ fn run(cli: &Cli) -> Res<()> {
                 .or(ours);
             let ratio = best.map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
             println!(
-                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7}",
+                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7} | {}",
                 shape.model,
                 shape.name,
                 m,
@@ -797,7 +818,8 @@ fn run(cli: &Cli) -> Res<()> {
                 wt_tf,
                 cublas * 1e3,
                 tf(cublas),
-                ratio
+                ratio,
+                picked_column(m, shape)
             );
         }
     }

@@ -361,8 +361,8 @@ const GEMM_BLOCK_US: [(usize, f64, f64, f64); 2] = [
     (MMA_GEMM_NARROW_TOKENS, 0.01156, 21.7, 0.0),
 ];
 
-/// The wgmma GEMM's blocks on launches of at least `GEMM_WG_PROMPT_TOKENS` tokens (prompt
-/// chunks), where its tiles run compute-bound: fitted to qwen3-8b's 2,048-token projections on
+/// The wgmma GEMM's blocks on launches of at least `KernelTuning::gemm_prompt_fit_from` tokens
+/// (prompt chunks), where its tiles run compute-bound: fitted to qwen3-8b's 2,048-token projections on
 /// the H200 (`gpu_kernels`, 2026-11-27 twenty-fourth session: per wave of 128-token tiles
 /// (`wgt`) 41.5 µs at K = 4,096 and 109.8 at 12,288; of 64-token ones (`wg64`) 30.5 and 83.8;
 /// o's and down's 28 tiles left past a wave at 576 tokens, in 4 splits each, took 26–30 µs,
@@ -375,8 +375,6 @@ const GEMM_WG_PROMPT_BLOCK_US: [(usize, f64, f64, f64); 2] = [
     (MMA_GEMM_TOKENS, 0.00834, 7.3, 12.0),
     (MMA_GEMM_NARROW_TOKENS, 0.0065, 3.9, 12.0),
 ];
-/// From how many tokens the wgmma GEMM's launches are costed by `GEMM_WG_PROMPT_BLOCK_US`.
-const GEMM_WG_PROMPT_TOKENS: usize = 4 * MMA_GEMM_TOKENS;
 
 /// The grid of a to_half launch over `m` token rows of `k` columns on `sms` multiprocessors:
 /// (rows, slices per row, 1), enough slices for two blocks per SM where the rows are few, each
@@ -390,16 +388,18 @@ pub fn to_half_grid(m: usize, k: usize, sms: usize) -> (u32, u32, u32) {
 /// Estimated time of a GEMM launch of `t` tokens over `r` rows and `k` columns on `sms`
 /// multiprocessors (one block each at a time) with `tile`-token tiles, the first `whole` in one
 /// block each and the rest in `splits` blocks each: block waves × one block's time, for the
-/// whole tiles (whole waves, `gemm_plan`) and then the split ones; `wg`: on wgmma.
+/// whole tiles (whole waves, `gemm_plan`) and then the split ones; `prompt_fit`: priced by
+/// `GEMM_WG_PROMPT_BLOCK_US` (a wgmma launch of a prompt's size, `prompt_fit`), else by
+/// `GEMM_BLOCK_US`.
 fn gemm_cost(
     t: usize,
     (r, k): (usize, usize),
     sms: usize,
     tile: usize,
     (splits, whole): (usize, usize),
-    wg: bool,
+    prompt_fit: bool,
 ) -> f64 {
-    let table = if wg && t >= GEMM_WG_PROMPT_TOKENS {
+    let table = if prompt_fit {
         &GEMM_WG_PROMPT_BLOCK_US
     } else {
         &GEMM_BLOCK_US
@@ -422,7 +422,7 @@ fn gemm_cost(
 const GEMM_TAIL_GAIN: f64 = 0.95;
 
 /// How a GEMM launch of `tile`-token tiles shares its tiles' chains: (`splits`, `whole`) of
-/// `MmaLaunch` (`wg`: on wgmma, for `gemm_cost`). Every tile in 1, 4 or 8 blocks alike; or,
+/// `MmaLaunch` (`prompt_fit`: which fit `gemm_cost` prices it by, `prompt_fit`). Every tile in 1, 4 or 8 blocks alike; or,
 /// with `tail` (`KernelTuning::gemm_tail`), the tiles of whole waves (of the SMs, or of `tail`
 /// tiles where not 0) in one block each and only the last partial wave's tiles in 4 or 8, whose
 /// shorter blocks then spread over every SM instead of leaving most idle (qwen3-8b's down at 576
@@ -435,14 +435,14 @@ pub fn gemm_plan(
     t: usize,
     (r, k): (usize, usize),
     sms: usize,
-    (tile, wg): (usize, bool),
+    (tile, prompt_fit): (usize, bool),
     split: GemmSplit,
     tail: Option<usize>,
 ) -> (u32, u32) {
     let tiles = r.div_ceil(128) * t.div_ceil(tile);
     let fits =
         |(s, w): (usize, usize)| s == 1 || (tiles - w) * s <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * sms;
-    let cost = |p| gemm_cost(t, (r, k), sms, tile, p, wg);
+    let cost = |p| gemm_cost(t, (r, k), sms, tile, p, prompt_fit);
     // The tail plans: whole waves, then the rest in s blocks each (none where nothing is left
     // over or no wave is whole).
     let whole = tail.map_or(0, |wave| {
@@ -475,6 +475,13 @@ pub fn gemm_plan(
             }
         }
     }
+}
+
+/// Whether a GEMM launch of `t` tokens over `k` columns is priced by the wgmma GEMM's prompt
+/// fit (`GEMM_WG_PROMPT_BLOCK_US`): on wgmma (`KernelTuning::wgmma`, `k` a multiple of 64) from
+/// `KernelTuning::gemm_prompt_fit_from` tokens.
+pub fn prompt_fit(t: usize, k: usize, tuning: &KernelTuning) -> bool {
+    tuning.wgmma && k.is_multiple_of(64) && t >= tuning.gemm_prompt_fit_from
 }
 
 /// Whether the tensor-core launches of `t` tokens read inputs prepared by to_half (past 8
@@ -511,10 +518,10 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
         // Each tile width with its best plan that splits every tile alike (the tail plans
         // only refine the width chosen so); the narrow one only where strictly cheaper.
         // (The host runs it on wgmma where it can: `tuning.wgmma` holds only on sm_90.)
-        let wg = tuning.wgmma && k.is_multiple_of(64);
+        let fit = prompt_fit(t, k, tuning);
         let shape = |variant, tile| {
-            let (splits, whole) = gemm_plan(t, (r, k), sms, (tile, wg), tuning.gemm_split, None);
-            let cost = gemm_cost(t, (r, k), sms, tile, (splits as usize, whole as usize), wg);
+            let (splits, whole) = gemm_plan(t, (r, k), sms, (tile, fit), tuning.gemm_split, None);
+            let cost = gemm_cost(t, (r, k), sms, tile, (splits as usize, whole as usize), fit);
             (variant, tile, cost)
         };
         let wide = shape(MMA_GEMM, MMA_GEMM_TOKENS);
@@ -528,7 +535,7 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
             t,
             (r, k),
             sms,
-            (tile, wg),
+            (tile, fit),
             tuning.gemm_split,
             tuning.gemm_tail,
         );
@@ -898,7 +905,8 @@ mod tests {
 
     #[test]
     fn gemm_chains_split_only_within_the_workspace() {
-        let split = |t, s| gemm_plan(t, (4096, 4096), SMS, (MMA_GEMM_TOKENS, true), s, None).0;
+        let fit = |t| prompt_fit(t, 4096, &KernelTuning::default());
+        let split = |t, s| gemm_plan(t, (4096, 4096), SMS, (MMA_GEMM_TOKENS, fit(t)), s, None).0;
         // o at 128 tokens: 32 tiles; at 2,048: 512, where 8 splits would pass the workspace.
         assert_eq!(split(128, GemmSplit::Auto), 4);
         assert_eq!(split(2048, GemmSplit::Auto), 1);

@@ -51,7 +51,7 @@ pub use launch_shape::{
     MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_PERSIST, MMA_RING, MMA_RING_FORMS, MMA_SPLIT,
     MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch,
     WG_STREAM_SHARED, gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
-    one_tile_form, persistent_blocks, persistent_variant, ring_carveout, ring_variant,
+    one_tile_form, persistent_blocks, persistent_variant, prompt_fit, ring_carveout, ring_variant,
     to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
 };
 pub use tma::GemmMaps;

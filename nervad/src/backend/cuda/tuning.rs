@@ -76,6 +76,11 @@ pub struct KernelTuning {
     /// for matrices of at least this many columns: with a shorter K a block's fixed cost
     /// outweighs its share of the chains and the register kernels win; 0 always.
     pub gemm_min_k: usize,
+    /// From how many tokens the wgmma GEMM's launch shapes are ranked by its prompt fit
+    /// (launch_shape.rs's `GEMM_WG_PROMPT_BLOCK_US`, compute-bound tiles) instead of the
+    /// mma.sync GEMM's (`GEMM_BLOCK_US`, fitted where the weights stream from memory once).
+    /// Only the launch shape changes, never a result's bits.
+    pub gemm_prompt_fit_from: usize,
     /// Steps with prompt tokens run attention as `attn_prefill` (a block's tokens of one
     /// sequence share each KV tile) instead of one block per token (`attn_split`); head dims 64
     /// and 128.
@@ -291,6 +296,7 @@ impl Default for KernelTuning {
             gemm_split: GemmSplit::Auto,
             gemm_tail: Some(0),
             gemm_min_k: 4096,
+            gemm_prompt_fit_from: 512,
             prefill_attention: true,
             prefill_fold_from: Some(1),
             prefill_wgmma: false,
@@ -333,6 +339,7 @@ impl KernelTuning {
             gemm_split: GemmSplit::Fixed(1),
             gemm_tail: None,
             gemm_min_k: 0,
+            gemm_prompt_fit_from: 512,
             prefill_attention: false,
             prefill_fold_from: None,
             prefill_wgmma: false,
@@ -426,6 +433,8 @@ impl KernelTuning {
                 None => d.gemm_tail,
             },
             gemm_min_k: var("NERVA_MMA_GEMM_MIN_K").unwrap_or(d.gemm_min_k),
+            gemm_prompt_fit_from: var("NERVA_MMA_GEMM_PROMPT_FIT")
+                .unwrap_or(d.gemm_prompt_fit_from),
             prefill_attention: var("NERVA_ATTN_PREFILL").map_or(d.prefill_attention, |v| v != 0),
             prefill_fold_from: from("NERVA_ATTN_FOLD", d.prefill_fold_from),
             prefill_wgmma: var("NERVA_ATTN_WGMMA").map_or(d.prefill_wgmma, |v| v != 0),

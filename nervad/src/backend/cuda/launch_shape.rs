@@ -362,14 +362,15 @@ const GEMM_BLOCK_US: [(usize, f64, f64, f64); 2] = [
 ];
 
 /// The wgmma GEMM's blocks on launches of at least `KernelTuning::gemm_prompt_fit_from` tokens
-/// (prompt chunks), where its tiles run compute-bound: fitted to qwen3-8b's 2,048-token projections on
-/// the H200 (`gpu_kernels`, 2026-11-27 twenty-fourth session: per wave of 128-token tiles
+/// (prompt chunks and mixed steps), where its tiles run compute-bound: fitted to qwen3-8b's
+/// 2,048-token projections on the H200 (`gpu_kernels`, 2026-11-27 twenty-fourth session: per wave of 128-token tiles
 /// (`wgt`) 41.5 µs at K = 4,096 and 109.8 at 12,288; of 64-token ones (`wg64`) 30.5 and 83.8;
 /// o's and down's 28 tiles left past a wave at 576 tokens, in 4 splits each, took 26–30 µs,
 /// which a split's exchange through the workspace, ~12 µs, brings the fit to).
 /// `GEMM_BLOCK_US`, fitted to the mma.sync GEMM, ranks the 64-token tile too cheap there: it
 /// put q|k|v at 512 tokens on `wg64` (94.7 µs) where `wgt` takes 76.7, and o at 576 (98.7
-/// against 80.7). Below that many tokens the decode batches' launches read their weights from
+/// against 80.7). It ranks them as measured from 192 tokens on (H100, 2026-12-07 thirty-seventh
+/// session, 128–1,024 tokens); below, the decode batches' launches read their weights from
 /// memory once, and the mma.sync fit ranks them as measured.
 const GEMM_WG_PROMPT_BLOCK_US: [(usize, f64, f64, f64); 2] = [
     (MMA_GEMM_TOKENS, 0.00834, 7.3, 12.0),
@@ -794,6 +795,15 @@ mod tests {
         assert_eq!(shape(128, gate_up.0, gate_up.1), (64, 1));
         // 256 tokens: o 71 (64-token tiles unsplit) vs 109 (128 in 4 blocks).
         assert_eq!(shape(256, o.0, o.1), (64, 1));
+        // 192–448 tokens, priced by the wgmma prompt fit (H100, 2026-12-07, µs): gate|up at
+        // 192 on 128-token tiles 140 vs 153 on 64, at 320 202 vs 245; down at 320 90 vs 116;
+        // q|k|v at 448 77 vs 97; o and down at 192–256 stay on 64 (35 vs 41, 84 vs 104).
+        assert_eq!(shape(192, gate_up.0, gate_up.1), (128, 1));
+        assert_eq!(shape(320, gate_up.0, gate_up.1), (128, 1));
+        assert_eq!(shape(320, down.0, down.1), (128, 1));
+        assert_eq!(shape(448, qkv.0, qkv.1), (128, 1));
+        assert_eq!(shape(192, o.0, o.1), (64, 1));
+        assert_eq!(shape(256, down.0, down.1), (64, 1));
         // 2,048 tokens: every SM busy with 128-token tiles: gate|up 2,274 vs 2,616 on 64.
         assert_eq!(shape(2048, gate_up.0, gate_up.1), (128, 1));
         assert_eq!(shape(2048, qkv.0, qkv.1), (128, 1));

@@ -79,7 +79,12 @@ pub struct KernelTuning {
     /// From how many tokens the wgmma GEMM's launch shapes are ranked by its prompt fit
     /// (launch_shape.rs's `GEMM_WG_PROMPT_BLOCK_US`, compute-bound tiles) instead of the
     /// mma.sync GEMM's (`GEMM_BLOCK_US`, fitted where the weights stream from memory once).
-    /// Only the launch shape changes, never a result's bits.
+    /// Only the launch shape changes, never a result's bits. From 512 down to 192 (H100,
+    /// 2026-12-07 thirty-seventh session, `gpu_kernels` at 128–1,024 tokens): the prompt fit
+    /// picks each projection's fastest measured launch at 192–448 tokens where the other picked
+    /// `wg64` (gate|up at 320 tokens 245 → 202 µs, down at 320 116 → 90, q|k|v at 448 97 → 77),
+    /// and at 128 tokens it would not (gate|up on `wgt`, 3% slower); a mixed step of 64 decode
+    /// tokens and a 256-token chunk 20.8 → 18.6 ms, of 64 and 384 21.9 → 21.2 ms.
     pub gemm_prompt_fit_from: usize,
     /// Steps with prompt tokens run attention as `attn_prefill` (a block's tokens of one
     /// sequence share each KV tile) instead of one block per token (`attn_split`); head dims 64
@@ -296,7 +301,7 @@ impl Default for KernelTuning {
             gemm_split: GemmSplit::Auto,
             gemm_tail: Some(0),
             gemm_min_k: 4096,
-            gemm_prompt_fit_from: 512,
+            gemm_prompt_fit_from: 192,
             prefill_attention: true,
             prefill_fold_from: Some(1),
             prefill_wgmma: false,

@@ -19,7 +19,7 @@ use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
     MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_PERSIST,
-    MMA_RING, MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_plan, kernels,
+    MMA_RING, MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT, MmaLaunch, gemm_form, gemm_plan, kernels,
     mma_gemm_shared, mma_launch, mma_threads, one_tile_form, persistent_blocks, prompt_fit,
     ring_form, to_half_grid, wg_gemm_shared, wgs_blocks,
 };
@@ -684,18 +684,11 @@ fn run(cli: &Cli) -> Res<()> {
         wgmma: defaults.wgmma && arch == 90,
         ..defaults
     };
+    // (Not the streamed form of the 64-token tiles, which NERVA_WG_STREAM turns on.)
     let picked_column = |m: usize, shape: &Shape| {
         let l = mma_launch(m, shape.r, shape.k, sms, &tuned);
         let wg = tuned.wgmma && shape.k.is_multiple_of(64);
-        let name = match l.variant {
-            MMA_GEMM if wg && tuned.wg_tma => "WGT",
-            MMA_GEMM if wg && tuned.wg_specialized => "WGS",
-            MMA_GEMM if wg => "WG",
-            MMA_GEMM => "GEMM",
-            MMA_GEMM_NARROW if wg => "WG64",
-            MMA_GEMM_NARROW => "GEMM64",
-            v => MMA_VARIANTS[v],
-        };
+        let name = MMA_VARIANTS[gemm_form(l.variant, wg, &tuned)];
         let plan = if l.whole > 0 { "t" } else { "x" };
         format!("{name} {plan}{}", l.splits)
     };

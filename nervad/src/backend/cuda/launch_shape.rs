@@ -363,8 +363,9 @@ const GEMM_BLOCK_US: [(usize, f64, f64, f64); 2] = [
 
 /// The wgmma GEMM's blocks on launches of at least `KernelTuning::gemm_prompt_fit_from` tokens
 /// (prompt chunks and mixed steps), where its tiles run compute-bound: fitted to qwen3-8b's
-/// 2,048-token projections on the H200 (`gpu_kernels`, 2026-11-27 twenty-fourth session: per wave of 128-token tiles
-/// (`wgt`) 41.5 µs at K = 4,096 and 109.8 at 12,288; of 64-token ones (`wg64`) 30.5 and 83.8;
+/// 2,048-token projections on the H200 (`gpu_kernels`, 2026-11-27 twenty-fourth session: per
+/// wave of 128-token tiles (`wgt`) 41.5 µs at K = 4,096 and 109.8 at 12,288; of 64-token ones
+/// (`wg64`) 30.5 and 83.8;
 /// o's and down's 28 tiles left past a wave at 576 tokens, in 4 splits each, took 26–30 µs,
 /// which a split's exchange through the workspace, ~12 µs, brings the fit to).
 /// `GEMM_BLOCK_US`, fitted to the mma.sync GEMM, ranks the 64-token tile too cheap there: it
@@ -389,8 +390,8 @@ pub fn to_half_grid(m: usize, k: usize, sms: usize) -> (u32, u32, u32) {
 /// Estimated time of a GEMM launch of `t` tokens over `r` rows and `k` columns on `sms`
 /// multiprocessors (one block each at a time) with `tile`-token tiles, the first `whole` in one
 /// block each and the rest in `splits` blocks each: block waves × one block's time, for the
-/// whole tiles (whole waves, `gemm_plan`) and then the split ones; `prompt_fit`: priced by
-/// `GEMM_WG_PROMPT_BLOCK_US` (a wgmma launch of a prompt's size, `prompt_fit`), else by
+/// whole tiles (whole waves, `gemm_plan`) and then the split ones; priced by
+/// `GEMM_WG_PROMPT_BLOCK_US` where `prompt_fit` (the function of that name), else by
 /// `GEMM_BLOCK_US`.
 fn gemm_cost(
     t: usize,
@@ -423,8 +424,8 @@ fn gemm_cost(
 const GEMM_TAIL_GAIN: f64 = 0.95;
 
 /// How a GEMM launch of `tile`-token tiles shares its tiles' chains: (`splits`, `whole`) of
-/// `MmaLaunch` (`prompt_fit`: which fit `gemm_cost` prices it by, `prompt_fit`). Every tile in 1, 4 or 8 blocks alike; or,
-/// with `tail` (`KernelTuning::gemm_tail`), the tiles of whole waves (of the SMs, or of `tail`
+/// `MmaLaunch` (`prompt_fit`: which fit `gemm_cost` prices it by). Every tile in 1, 4 or 8
+/// blocks alike; or, with `tail` (`KernelTuning::gemm_tail`), the tiles of whole waves (of the SMs, or of `tail`
 /// tiles where not 0) in one block each and only the last partial wave's tiles in 4 or 8, whose
 /// shorter blocks then spread over every SM instead of leaving most idle (qwen3-8b's down at 576
 /// tokens, a 512-token prompt chunk beside 64 decode tokens: 160 tiles, one wave and 28 tiles).
@@ -483,6 +484,20 @@ pub fn gemm_plan(
 /// `KernelTuning::gemm_prompt_fit_from` tokens.
 pub fn prompt_fit(t: usize, k: usize, tuning: &KernelTuning) -> bool {
     tuning.wgmma && k.is_multiple_of(64) && t >= tuning.gemm_prompt_fit_from
+}
+
+/// The kernel a GEMM launch of `variant` (`MMA_GEMM` or `MMA_GEMM_NARROW`, as `mma_launch` picks
+/// it) runs on where its inputs go to wgmma (`wg`): the 128-token tiles staged by tensor copies
+/// (`KernelTuning::wg_tma`), else warp-specialized (`wg_specialized`), else `wg`; the 64-token
+/// ones on `wg64` (the host may stream those instead: `wg_stream_launch`). Any other variant,
+/// or without wgmma, as it is.
+pub fn gemm_form(variant: usize, wg: bool, tuning: &KernelTuning) -> usize {
+    match variant {
+        MMA_GEMM if wg && tuning.wg_tma => MMA_WGT,
+        MMA_GEMM if wg && tuning.wg_specialized => MMA_WGS,
+        v @ (MMA_GEMM | MMA_GEMM_NARROW) if wg => MMA_WG + (v - MMA_GEMM),
+        v => v,
+    }
 }
 
 /// Whether the tensor-core launches of `t` tokens read inputs prepared by to_half (past 8
@@ -1067,6 +1082,17 @@ mod tests {
         assert!(mma_launch(64, 4096, 3072, SMS, &d).variant < MMA_GEMM);
         assert!(mma_launch(128, 4096, 1024, SMS, &d).variant >= MMA_GEMM);
         assert_eq!(d.l2_prefetch_bytes, 0);
+        // On wgmma the 128-token tiles run staged by tensor copies, the 64-token ones on wg64.
+        assert_eq!(gemm_form(MMA_GEMM, true, &d), MMA_WGT);
+        assert_eq!(gemm_form(MMA_GEMM_NARROW, true, &d), MMA_WG + 1);
+        assert_eq!(gemm_form(MMA_GEMM, false, &d), MMA_GEMM);
+        let specialized = KernelTuning {
+            wg_tma: false,
+            wg_specialized: true,
+            ..d
+        };
+        assert_eq!(gemm_form(MMA_GEMM, true, &specialized), MMA_WGS);
+        assert_eq!(gemm_form(MMA_HALF, true, &d), MMA_HALF);
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
     MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_PERSIST, MMA_RING, MMA_RING_FORMS, MMA_SPLIT,
     MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch,
-    WG_STREAM_SHARED, gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
+    WG_STREAM_SHARED, gemm_form, gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
     one_tile_form, persistent_blocks, persistent_variant, prompt_fit, ring_carveout, ring_variant,
     to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
 };
@@ -1985,11 +1985,8 @@ impl CudaBackend {
             v @ (0 | MMA_DEEP | MMA_HALF) => {
                 one_tile_form(v, tiles as usize, self.sms as usize, &self.tuning)
             }
-            MMA_GEMM if wg && self.tuning.wg_tma => MMA_WGT,
             MMA_GEMM_NARROW if stream_blocks.is_some() => MMA_WG_STREAM,
-            MMA_GEMM if wg && self.tuning.wg_specialized => MMA_WGS,
-            v if wg => MMA_WG + (v - MMA_GEMM),
-            v => v,
+            v => gemm_form(v, wg, &self.tuning),
         };
         let xh = match (shape.prepared, p.prepared) {
             (true, Some(order)) if order == wg => self.bufs.xb.ptr,

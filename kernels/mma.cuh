@@ -976,6 +976,18 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 #ifndef WG_PROBE
 #define WG_PROBE 0
 #endif
+// WG_HALF_TILE: the warp-specialized GEMM (wgs, wgt) runs a unit whose 128-token tile holds at
+// most 64 of the launch's tokens (the last one of e.g. 576: 64 decode tokens and a 512-token
+// prompt chunk) on m64 x n64 wgmma, half the tensor-core work. The same steps on the same operands
+// for every token there is (an n64 step's accumulators are the n128 step's first 32, tokens
+// 0-63): the same bits. The choice is made once per unit, and the narrow unit has its own copy of
+// the chains and the epilogue: a branch inside the group loop measured 4% slower steps
+// (2026-12-07, thirty-seventh session), one per chain spilled 144-184 bytes of the sums. Not in
+// the rope epilogue's kernel (q|k|v), where the second copy spilled 350-850 bytes. With it off
+// the kernels' SASS is main's. Off by default until measured.
+#ifndef WG_HALF_TILE
+#define WG_HALF_TILE 0
+#endif
 
 #if WG_PROBE == 5
 // Probe 5's wgmma with both operands from shared memory (bf16 whatever W is: a speed probe).
@@ -1171,11 +1183,13 @@ struct WgBlock {
 // accumulator: `group(IntC<set>(), p)` issues group p with fragment set `set` (alternating, so
 // group p - 1's wgmma stay in flight); at the chain's end every wgmma retires and `retired(p)`
 // hears that the groups before p are done.
-template <int VALS, typename Group, typename Retired>
+// LIVE: the accumulators the groups write (the first LIVE; a half tile's group writes 32).
+template <int LIVE, int VALS, typename Group, typename Retired>
 __device__ __forceinline__ void wg_chain(int len, int& p, float (&acc)[VALS], u32 (&fa)[2][4][4],
                                          Group group, Retired retired) {
+    auto& live = reinterpret_cast<float(&)[LIVE]>(acc);
 #pragma unroll
-    for (int v = 0; v < VALS; ++v) acc[v] = 0.f;
+    for (int v = 0; v < LIVE; ++v) live[v] = 0.f;
     int j = 0;
     for (; j + 1 < len; j += 2, p += 2) {
         group(IntC<0>(), p);
@@ -1183,15 +1197,16 @@ __device__ __forceinline__ void wg_chain(int len, int& p, float (&acc)[VALS], u3
     }
     if (j < len) group(IntC<0>(), p++);
     wgmma_wait<0>();
-    wgmma_hold(acc);
+    wgmma_hold(live);
     wgmma_hold(fa[0]);
     wgmma_hold(fa[1]);
     retired(p);
 }
 
 // A wgmma GEMM block's chains in order (wg_chain), each merged at its end (gemm_chain_done).
-// `p`: the block's running group count (advanced past the chains' groups).
-template <int VALS, typename Group, typename Retired>
+// `p`: the block's running group count (advanced past the chains' groups). LIVE as wg_chain's:
+// the accumulators and sums past it are neither written nor read.
+template <int LIVE, int VALS, typename Group, typename Retired>
 __device__ __forceinline__ void wg_chains(const GemmChains& ch, int& p, float (&acc)[VALS],
                                           float (&sum)[VALS], u32 (&fa)[2][4][4], float* first,
                                           Group group, Retired retired) {
@@ -1202,8 +1217,9 @@ __device__ __forceinline__ void wg_chains(const GemmChains& ch, int& p, float (&
             if (ci != ch.ci0) continue;
             len = ch.mine;
         }
-        wg_chain(len, p, acc, fa, group, retired);
-        gemm_chain_done(ci, ch.ci0, acc, sum, first, 32);
+        wg_chain<LIVE>(len, p, acc, fa, group, retired);
+        gemm_chain_done(ci, ch.ci0, reinterpret_cast<const float(&)[LIVE]>(acc),
+                        reinterpret_cast<float(&)[LIVE]>(sum), first, 32);
     }
 }
 
@@ -1307,7 +1323,7 @@ __device__ __forceinline__ void wg_gemm_body(const W* __restrict__ w, const floa
         advance(use);
     };
     int p = 0;
-    wg_chains(ch, p, acc, sum, fa, first, group, [](int) {});
+    wg_chains<VALS>(ch, p, acc, sum, fa, first, group, [](int) {});
     auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
     gemm_finish<EPI, BN>(gemm_smem, acc, sum, place, ws, counters, blk.su, bias, y, y_stride, row0,
                          t0, R, T, yh, yh_wg);
@@ -1542,7 +1558,7 @@ __device__ __forceinline__ void wg_stream_body(const W* __restrict__ w,
         const int r = pc.tile - share.rem0;
         float* slots = whole ? nullptr : ws + (size_t)r * MMA_WARPS * VALS * MMA_THREADS + tid;
         for (int ci = pc.c0; ci < pc.c1; ++ci) {
-            wg_chain(gemm_chain_len(gemm_chain(ci), groups), p, acc, fa, group, [](int) {});
+            wg_chain<VALS>(gemm_chain_len(gemm_chain(ci), groups), p, acc, fa, group, [](int) {});
             if (whole) gemm_chain_done(ci, 0, acc, sum, first, 32);
             else stream_chain_done(ci, pc.c0, pc.c1, acc, first, slots);
         }
@@ -1715,8 +1731,8 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     auto release = [&](int upto) {
         for (; released < upto; ++released) mbar_arrive(empty0 + 8 * (released % STAGES));
     };
-    // Group p with fragment set SET.
-    auto group = [&](auto set, int p) {
+    // Group p with fragment set SET, on the tile's BN tokens or (NARROW) its first 64.
+    auto group_as = [&](auto narrow, auto set, int p) {
         constexpr int SET = decltype(set)::value;
         const int s = p % STAGES;
         const u32 slot = base + s * L::STAGE_BYTES;
@@ -1727,23 +1743,42 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         gemm_a_fragments(slot, warp, lane, 1, reinterpret_cast<u32(&)[2][4]>(fa[SET][2]));
         wgmma_fence();
         const u32 b = slot + GEMM_A_BYTES;
+        auto& live = reinterpret_cast<float(&)[decltype(narrow)::value ? 32 : VALS]>(acc);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) wgmma_step<W>(acc, fa[SET][k], wgmma_desc_sw128(b + k * 32));
+        for (int k = 0; k < 4; ++k) wgmma_step<W>(live, fa[SET][k], wgmma_desc_sw128(b + k * 32));
         wgmma_commit();
-        wgmma_hold(acc);
+        wgmma_hold(live);
         // Group p - 1 retired: its fragments (the other set) and its slot are free again. (A
         // third set, wait_group 2, makes ptxas serialize the wgmma.)
         wgmma_wait<1>();
         wgmma_hold(fa[SET ^ 1]);
         release(p);
     };
+    // The unit's chains on its tile's BN tokens or (NARROW) its first 64.
+    auto chains = [&](auto narrow, const WgBlock<BN>& blk) {
+        constexpr bool NARROW = decltype(narrow)::value;
+        if constexpr (NARROW) {
+            // Tokens 64 on are never stored; zeros (rather than the unit before's values) keep
+            // them out of the registers and any split's exchange well defined.
+#pragma unroll
+            for (int v = 32; v < VALS; ++v) acc[v] = sum[v] = 0.f;
+        }
+        auto group = [&](auto set, int p) { group_as(narrow, set, p); };
+        wg_chains<NARROW ? 32 : VALS>(blk.ch, p, acc, sum, fa, first, group, release);
+    };
+    auto finish = [&](const WgBlock<BN>& blk) {
+        auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
+        gemm_finish<EPI, BN, VALS, decltype(place), 1>(end, acc, sum, place, ws, counters, blk.su,
+                                                       bias, y, y_stride, blk.row0, blk.t0, R, T,
+                                                       yh, yh_wg, rope);
+    };
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
         const WgBlock<BN> blk = unit_at(unit);
-        if constexpr (EPI == MEPI_ROPE) {
+        if constexpr (EPI == MEPI_ROPE || WG_HALF_TILE) {
             // No value of the unit before is used here (each unit's chains set sum before they
             // read it, and each group its fragments), but ptxas cannot see it: it would keep
             // them live through the rope epilogue, which needs the registers (it spilled 324
-            // bytes).
+            // bytes), and through the half tiles' second copy of the unit.
 #pragma unroll
             for (int v = 0; v < VALS; ++v) sum[v] = 0.f;
 #pragma unroll
@@ -1753,11 +1788,15 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 #pragma unroll
                     for (int k = 0; k < 4; ++k) fa[i][j][k] = 0;
         }
-        wg_chains(blk.ch, p, acc, sum, fa, first, group, release);
-        auto place = [&](int v, int& r, int& t) { blk.place(v, r, t); };
-        gemm_finish<EPI, BN, VALS, decltype(place), 1>(end, acc, sum, place, ws, counters, blk.su,
-                                                       bias, y, y_stride, blk.row0, blk.t0, R, T,
-                                                       yh, yh_wg, rope);
+        const bool narrow =
+            BN == 128 && WG_HALF_TILE && EPI != MEPI_ROPE && T - blk.t0 <= BN / 2;
+        if (narrow) {
+            chains(IntC<1>(), blk);
+            finish(blk);
+        } else {
+            chains(IntC<0>(), blk);
+            finish(blk);
+        }
         // Every thread is done reading the tile before the next unit's first chain end
         // overwrites it.
         tile_sync<1>();

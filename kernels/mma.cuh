@@ -983,8 +983,9 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 // 0-63): the same bits. The choice is made once per unit, and the narrow unit has its own copy of
 // the chains and the epilogue: a branch inside the group loop measured 4% slower steps
 // (2026-12-07, thirty-seventh session), one per chain spilled 144-184 bytes of the sums. Not in
-// the rope epilogue's kernel (q|k|v), where the second copy spilled 350-850 bytes. With it off
-// the kernels' SASS is main's. Off by default until measured.
+// the opt-in rope epilogue's kernel, where the second copy spilled 350-850 bytes (q|k|v's
+// default launch stores plainly and has it). With it off the kernels' SASS is main's. Off by
+// default until measured.
 #ifndef WG_HALF_TILE
 #define WG_HALF_TILE 0
 #endif

@@ -970,6 +970,9 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 #ifndef WG_STAGES_WIDE
 #define WG_STAGES_WIDE 5
 #endif
+#ifndef WG_STAGES_192
+#define WG_STAGES_192 3
+#endif
 #ifndef WG_STAGES_NARROW
 #define WG_STAGES_NARROW 8
 #endif
@@ -1037,7 +1040,8 @@ struct WgTile {
     // its producer is already filling with the next tile's groups.
     static constexpr int TILE_BYTES = GEMM_BM * (BN + 1) * 4;
     static constexpr int END_BYTES = FIRST_BYTES > TILE_BYTES ? FIRST_BYTES : TILE_BYTES;
-    static constexpr int STAGES = BN == 64 ? WG_STAGES_NARROW : WG_STAGES_WIDE;
+    static constexpr int STAGES =
+        BN == 64 ? WG_STAGES_NARROW : BN == 192 ? WG_STAGES_192 : WG_STAGES_WIDE;
     static constexpr int AHEAD = STAGES - 2;
     // Dynamic shared memory of a launch (the host's wg_gemm_shared): 1 KiB more, to align the
     // stages to the swizzle atom.
@@ -1641,7 +1645,11 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         // once the computing warps released the slot's previous group (p - STAGES). The first
         // unit's first groups' weights do not depend on the previous kernel, their inputs do
         // (to_half).
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        // (wgt192's one producer thread needs no more: its consumers need every register.)
+        if (TMA && BN == 192)
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        else
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         if constexpr (TMA) {
 #if MMA_TILED
             if (tid != MMA_THREADS) return;
@@ -1717,7 +1725,10 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    if (TMA && BN == 192)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    else
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     pdl_enter();
     const int lane = blk0.lane, warp = blk0.warp;
     // acc[4 n + e]: n-tile n (tokens 8n ..), C element e (rows g, g + 8; tokens 2c, 2c + 1).
@@ -1775,11 +1786,13 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     };
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
         const WgBlock<BN> blk = unit_at(unit);
-        if constexpr (EPI == MEPI_ROPE || WG_HALF_TILE) {
+        if constexpr (EPI == MEPI_ROPE || WG_HALF_TILE || (BN == 192 && EPI == MEPI_ADD)) {
             // No value of the unit before is used here (each unit's chains set sum before they
             // read it, and each group its fragments), but ptxas cannot see it: it would keep
             // them live through the rope epilogue, which needs the registers (it spilled 324
-            // bytes), and through the half tiles' second copy of the unit.
+            // bytes), through the half tiles' second copy of the unit, and through the residual
+            // adds of the 192-token tiles (356 bytes spilled, 172 so; the other epilogues of
+            // those spill 144 without this, 172 with it).
 #pragma unroll
             for (int v = 0; v < VALS; ++v) sum[v] = 0.f;
 #pragma unroll
@@ -1850,6 +1863,20 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
                                          counters, split_plan, yh, yh_wg, &wmap, &xmap);       \
     }
 
+// wgt on 192-token tiles (`wgt192`): m64 x n192 wgmma, 96 accumulators and 96 sums per thread
+// (the consumer warpgroups take 240 registers, the one-thread producer 24), 3 stages of 40 KiB
+// (the pair-opening chains' 96 KiB take the rest). Per multiply, a third fewer weight bytes
+// staged and A fragments loaded than on 128-token tiles. Same chains, order and epilogue: the
+// same bits, as each token's sums are wgmma steps of the same operands whatever the step's N (as
+// the n64 half tiles gave; the GPU bit-identity test runs it, not yet on a GPU: 2026-12-07).
+#define MMA_WGT192_ENTRY(NAME, W, EPI)                                                        \
+    extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
+        NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
+             const __grid_constant__ TmaMap xmap) {                                            \
+        wgs_gemm_body<W, EPI, 192, true>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,   \
+                                         counters, split_plan, yh, yh_wg, &wmap, &xmap);       \
+    }
+
 // The q|k|v projection's wgt with the ROPE epilogue (its step after the maps, by value; KV is
 // W, the pool's type). Only its head dims (64, 128) are served: for others the host runs
 // rope_append after the plain wgt.
@@ -1907,6 +1934,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64, MMA_THREADS)     \
     MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)                                      \
     MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI)                                      \
+    MMA_WGT192_ENTRY(mma_##MODE##_##DT##_wgt192, W, EPI)                                \
     MMA_WG_STREAM_ENTRY(mma_##MODE##_##DT##_wg64s, W, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \

@@ -772,6 +772,34 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "tiled weights + the wgmma GEMM staged by tensor copies on 192-token tiles \
+                 (Hopper) from 9 tokens, chains in 4 blocks per tile",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: false,
+                    gemm_split: GemmSplit::Fixed(4),
+                    wg_tma: true,
+                    wg_wide_from: Some(9),
+                    ..KernelTuning::default()
+                },
+            ),
+            (
+                "tiled weights + the wgmma GEMM staged by tensor copies on 192-token tiles \
+                 (Hopper) from 9 tokens, whole chains per block, persistent in 3 blocks",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: false,
+                    gemm_split: GemmSplit::Fixed(1),
+                    wg_tma: true,
+                    wg_wide_from: Some(9),
+                    wg_persistent: true,
+                    wg_persistent_blocks: 3,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
                 "tiled weights + the wgmma GEMM staged by tensor copies (Hopper) from 9 tokens, \
                  128-token tiles, whole waves of 3 tiles and the rest's chains in 4 blocks",
                 KernelTuning {

@@ -66,10 +66,10 @@ pub(super) const ATTN_GENERAL_DIM: usize = 128;
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
 /// fixed-order GEMM (`MMA_GEMM`), then the one-n-tile variants' ring forms (`ring_variant`) and
-/// persistent forms (`persistent_variant`).
-pub const MMA_VARIANTS: [&str; 21] = [
+/// persistent forms (`persistent_variant`), then `wgt` on 192-token tiles (`MMA_WGT_WIDE`).
+pub const MMA_VARIANTS: [&str; 22] = [
     "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
-    "wgs", "wgt", "wg64s", "n1r", "n1dr", "n1hr", "n1p", "n1hp",
+    "wgs", "wgt", "wg64s", "n1r", "n1dr", "n1hr", "n1p", "n1hp", "wgt192",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -108,6 +108,12 @@ pub const MMA_RING: usize = 16;
 /// row tiles b, b + blocks, ..., its weight loads running on from one tile into the next
 /// (`KernelTuning::n1_persistent`).
 pub const MMA_PERSIST: usize = 19;
+/// Index in `MMA_VARIANTS` of `wgt` on 192-token tiles (`wgt192`): a third fewer weight bytes
+/// staged per multiply than on 128-token tiles, in 3 stages instead of 5 (their 96 accumulators
+/// and 96 sums per thread leave no room for more). Launched where
+/// `KernelTuning::wg_wide_from` asks for it (`mma_launch`).
+pub const MMA_WGT_WIDE: usize = 21;
+
 /// Blocks per SM of n1 and n1h (mma.cuh's MMA_MIN_BLOCKS: registers ≤ 85): one wave of them is
 /// as many blocks as a persistent launch takes.
 pub const MMA_N1_BLOCKS_PER_SM: usize = 3;
@@ -193,13 +199,13 @@ pub fn ring_carveout(arch: u32, blocks: u32, dynamic: u32) -> i32 {
         .min(100) as i32
 }
 
-/// Threads per block of `MMA_WGS` and `MMA_WGT` (mma.cuh's WGS_THREADS); every other variant
-/// runs 256.
+/// Threads per block of `MMA_WGS`, `MMA_WGT` and `MMA_WGT_WIDE` (mma.cuh's WGS_THREADS); every
+/// other variant runs 256.
 pub const MMA_WGS_THREADS: u32 = 384;
 
 /// Threads per block of a launch of `MMA_VARIANTS[variant]`.
 pub const fn mma_threads(variant: usize) -> u32 {
-    if variant == MMA_WGS || variant == MMA_WGT {
+    if variant == MMA_WGS || variant == MMA_WGT || variant == MMA_WGT_WIDE {
         MMA_WGS_THREADS
     } else {
         256
@@ -209,6 +215,19 @@ pub const fn mma_threads(variant: usize) -> u32 {
 pub const MMA_GEMM_TOKENS: usize = 128;
 /// Tokens per block of the narrow GEMM (`gemm64`).
 pub const MMA_GEMM_NARROW_TOKENS: usize = 64;
+/// Tokens per block of `wgt192` (`MMA_WGT_WIDE`).
+pub const MMA_GEMM_WIDE_TOKENS: usize = 192;
+
+/// Tokens per tile of a GEMM launch of `MMA_VARIANTS[variant]`; None for the other variants.
+pub const fn gemm_tile_tokens(variant: usize) -> Option<usize> {
+    match variant {
+        MMA_GEMM | MMA_WG | MMA_WGS | MMA_WGT => Some(MMA_GEMM_TOKENS),
+        MMA_GEMM_NARROW | MMA_WG_STREAM => Some(MMA_GEMM_NARROW_TOKENS),
+        v if v == MMA_WG + 1 => Some(MMA_GEMM_NARROW_TOKENS),
+        MMA_WGT_WIDE => Some(MMA_GEMM_WIDE_TOKENS),
+        _ => None,
+    }
+}
 
 /// Dynamic shared memory of a GEMM launch of `tokens`-token tiles (mma.cuh's
 /// `GemmTile<tokens>::SMEM`): 3 stages of 16 KiB of weights and tokens / 8 KiB of inputs, and
@@ -218,12 +237,16 @@ pub const fn mma_gemm_shared(tokens: usize) -> u32 {
 }
 
 /// Dynamic shared memory of a wgmma GEMM launch of `tokens`-token tiles (mma.cuh's
-/// `WgTile<tokens>::SMEM`): its stages (8 on 64-token tiles, else 5) of 16 KiB of weights and
-/// tokens × 128 bytes of inputs, one region for each thread's pair-opening chain (tokens / 2
-/// floats per thread of 256) or the finished 128 × (tokens + 1)-float tile, and 1 KiB to align
-/// the stages: 225.5 KiB either way.
+/// `WgTile<tokens>::SMEM`): its stages (8 on 64-token tiles, 3 on 192-token ones, else 5) of 16
+/// KiB of weights and tokens × 128 bytes of inputs, one region for each thread's pair-opening
+/// chain (tokens / 2 floats per thread of 256) or the finished 128 × (tokens + 1)-float tile,
+/// and 1 KiB to align the stages: 225.5 KiB on 64- and 128-token tiles, 217.5 KiB on 192.
 pub const fn wg_gemm_shared(tokens: usize) -> u32 {
-    let stages = if tokens == 64 { 8 } else { 5 };
+    let stages = match tokens {
+        64 => 8,
+        192 => 3,
+        _ => 5,
+    };
     let chains = 256 * (tokens / 2) * 4;
     let tile = 128 * (tokens + 1) * 4;
     (stages * ((16 << 10) + tokens * 128) + if chains > tile { chains } else { tile } + 1024) as u32
@@ -347,7 +370,8 @@ impl MmaLaunch {
 }
 
 /// Most blocks a chain-split GEMM launch may have, per SM: the workspace (`Bufs::gemm_ws`) holds
-/// one 128 × 128 f32 partial tile per block, 64 KiB each.
+/// one 128 × 128 f32 partial tile per block, 64 KiB each (on 192-token tiles, whose partials
+/// take 96 KiB, two thirds as many: `gemm_plan`).
 pub const GEMM_SPLIT_MAX_BLOCKS_PER_SM: usize = 8;
 
 /// A block's time on one GEMM tile width: `per_k` µs per element of K it reduces (its share of
@@ -442,8 +466,12 @@ pub fn gemm_plan(
     tail: Option<usize>,
 ) -> (u32, u32) {
     let tiles = r.div_ceil(128) * t.div_ceil(tile);
-    let fits =
-        |(s, w): (usize, usize)| s == 1 || (tiles - w) * s <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * sms;
+    // The split blocks' partial tiles within the workspace (those of 64-token tiles counted as
+    // 128-token ones).
+    let wider = tile.max(MMA_GEMM_TOKENS);
+    let fits = |(s, w): (usize, usize)| {
+        s == 1 || (tiles - w) * s * wider <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * sms * MMA_GEMM_TOKENS
+    };
     let cost = |p| gemm_cost(t, (r, k), sms, tile, p, prompt_fit);
     // The tail plans: whole waves, then the rest in s blocks each (none where nothing is left
     // over or no wave is whole).
@@ -486,8 +514,18 @@ pub fn prompt_fit(t: usize, k: usize, tuning: &KernelTuning) -> bool {
     tuning.wgmma && k.is_multiple_of(64) && t >= tuning.gemm_prompt_fit_from
 }
 
+/// Whether a GEMM launch of `t` tokens over `k` columns takes `wgt192`'s 192-token tiles rather
+/// than 128-token ones: from `KernelTuning::wg_wide_from` tokens where `wgt` runs it (tensor
+/// copies on wgmma, `k` a multiple of 64).
+pub fn wide_tiles(t: usize, k: usize, tuning: &KernelTuning) -> bool {
+    tuning.wg_wide_from.is_some_and(|from| t >= from)
+        && tuning.wgmma
+        && tuning.wg_tma
+        && k.is_multiple_of(64)
+}
+
 /// The kernel a GEMM launch of `variant` (`MMA_GEMM` or `MMA_GEMM_NARROW`, as `mma_launch` picks
-/// it) runs on where its inputs go to wgmma (`wg`): the 128-token tiles staged by tensor copies
+/// it; `MMA_WGT_WIDE`, which `mma_launch` picks only where it runs, as it is) runs on where its inputs go to wgmma (`wg`): the 128-token tiles staged by tensor copies
 /// (`KernelTuning::wg_tma`), else warp-specialized (`wg_specialized`), else `wg`; the 64-token
 /// ones on `wg64` (the host may stream those instead: `wg_stream_launch`). Any other variant,
 /// or without wgmma, as it is.
@@ -517,7 +555,9 @@ pub fn prepared_inputs(t: usize, tuning: &KernelTuning) -> bool {
 /// takes every launch (below 128 tokens only where `k` reaches `gemm_min_k`): blocks of 128 rows
 /// and 128 tokens, or 64 with `gemm_narrow`, each tile's
 /// chains in 1, 4 or 8 blocks, or the last partial wave's only (`gemm_plan`), whichever
-/// `gemm_cost` ranks cheapest for the `r` × `k` matrix.
+/// `gemm_cost` ranks cheapest for the `r` × `k` matrix; the 128-token tiles on 192 instead
+/// (`wgt192`) where `wide_tiles` holds, their chains split as `gemm_plan` plans them (priced by
+/// the 128-token fit: no 192-token one is measured yet).
 pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
     let (variant, rows) = mma_variant(t);
     let prepared = prepared_inputs(t, tuning);
@@ -544,6 +584,8 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
         let narrow = shape(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS);
         let (variant, tile, _) = if tuning.gemm_narrow && narrow.2 < wide.2 {
             narrow
+        } else if wide_tiles(t, k, tuning) {
+            (MMA_WGT_WIDE, MMA_GEMM_WIDE_TOKENS, wide.2)
         } else {
             wide
         };
@@ -1170,6 +1212,96 @@ mod tests {
             ["n1r", "n1dr", "n1hr", "n2", "gemm"]
         );
         assert_eq!(names(&short, SMS), ["n1", "n1d", "n1h", "n2", "gemm"]);
+    }
+
+    #[test]
+    fn wide_tiles_run_where_asked_within_their_shared_memory_and_workspace() {
+        // wgt192: 3 stages of 40 KiB, the 128 × 193-float tile, 1 KiB of alignment.
+        assert_eq!(wg_gemm_shared(MMA_GEMM_WIDE_TOKENS), 222_720);
+        const { assert!(wg_gemm_shared(MMA_GEMM_WIDE_TOKENS) <= 227 << 10) };
+        // The 64- and 128-token tiles keep their 225.5 KiB.
+        assert_eq!(wg_gemm_shared(MMA_GEMM_TOKENS), 230_912);
+        assert_eq!(wg_gemm_shared(MMA_GEMM_NARROW_TOKENS), 230_912);
+        assert_eq!(MMA_VARIANTS[MMA_WGT_WIDE], "wgt192");
+        assert_eq!(mma_threads(MMA_WGT_WIDE), MMA_WGS_THREADS);
+        assert_eq!(gemm_tile_tokens(MMA_WGT_WIDE), Some(192));
+        assert_eq!(gemm_tile_tokens(MMA_WGT), Some(128));
+        assert_eq!(gemm_tile_tokens(MMA_WG + 1), Some(64));
+        assert_eq!(gemm_tile_tokens(MMA_WG_STREAM), Some(64));
+        assert_eq!(gemm_tile_tokens(MMA_HALF), None);
+        assert_eq!(gemm_tile_tokens(MMA_PERSIST), None);
+        let d = KernelTuning::default();
+        assert_eq!(d.wg_wide_from, None);
+        let wide = KernelTuning {
+            wg_wide_from: Some(256),
+            ..d
+        };
+        // qwen3-8b's down at 576 tokens (a 512-token chunk beside 64 decode tokens): three
+        // 192-token tiles per row block instead of 4.5 of 128; its form is itself.
+        let l = mma_launch(576, 4096, 12_288, SMS, &wide);
+        assert_eq!((l.variant, l.token_tiles, l.rows), (MMA_WGT_WIDE, 3, 128));
+        assert_eq!(gemm_form(l.variant, true, &wide), MMA_WGT_WIDE);
+        assert_eq!(
+            mma_launch(576, 4096, 12_288, SMS, &d).variant,
+            MMA_GEMM,
+            "off by default"
+        );
+        // Below the threshold, without the tensor copies or wgmma, or K not a multiple of 64:
+        // what the defaults pick.
+        assert_eq!(
+            mma_launch(255, 4096, 12_288, SMS, &wide),
+            mma_launch(255, 4096, 12_288, SMS, &d)
+        );
+        for off in [
+            KernelTuning {
+                wg_tma: false,
+                ..wide
+            },
+            KernelTuning {
+                wgmma: false,
+                ..wide
+            },
+        ] {
+            let plain = KernelTuning {
+                wg_wide_from: None,
+                ..off
+            };
+            let l = mma_launch(576, 4096, 12_288, SMS, &off);
+            assert_eq!(l, mma_launch(576, 4096, 12_288, SMS, &plain));
+            assert_ne!(l.variant, MMA_WGT_WIDE);
+        }
+        assert_eq!(
+            mma_launch(576, 4096, 4100, SMS, &wide),
+            mma_launch(576, 4096, 4100, SMS, &d)
+        );
+        assert!(wide_tiles(256, 4096, &wide) && !wide_tiles(256, 4100, &wide));
+        // Their split blocks' 96 KiB partials stay within the workspace of 8 × 64 KiB per SM:
+        // every plan, over the token counts and matrices a step meets.
+        for t in [9, 64, 200, 576, 1024, 2048] {
+            for (r, k) in [(6144, 4096), (4096, 4096), (24_576, 4096), (4096, 12_288)] {
+                for split in [GemmSplit::Auto, GemmSplit::Fixed(4), GemmSplit::Fixed(8)] {
+                    for tail in [None, Some(0)] {
+                        let tile = MMA_GEMM_WIDE_TOKENS;
+                        let (s, whole) = gemm_plan(t, (r, k), SMS, (tile, true), split, tail);
+                        let tiles = r.div_ceil(128) * t.div_ceil(tile);
+                        let partials = if s > 1 {
+                            (tiles - whole as usize) * s as usize * 128 * tile * 4
+                        } else {
+                            0
+                        };
+                        assert!(
+                            partials <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * SMS * (64 << 10),
+                            "{t} tokens, {r} × {k}, {split:?}, {tail:?}: {partials} bytes"
+                        );
+                    }
+                }
+            }
+        }
+        // The 128-token tiles' plans are as before: o at 128 tokens, 32 tiles in 4 splits.
+        assert_eq!(
+            gemm_plan(128, (4096, 4096), SMS, (128, false), GemmSplit::Auto, None),
+            (4, 0)
+        );
     }
 
     #[test]

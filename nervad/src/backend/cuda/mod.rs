@@ -48,11 +48,12 @@ use launch_shape::{
 };
 pub use launch_shape::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
-    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_HALF, MMA_PERSIST, MMA_RING, MMA_RING_FORMS, MMA_SPLIT,
-    MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS, MMA_WGT, MmaLaunch,
-    WG_STREAM_SHARED, gemm_form, gemm_plan, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
-    one_tile_form, persistent_blocks, persistent_variant, prompt_fit, ring_carveout, ring_variant,
-    to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
+    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_GEMM_WIDE_TOKENS, MMA_HALF, MMA_PERSIST, MMA_RING,
+    MMA_RING_FORMS, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS,
+    MMA_WGT, MMA_WGT_WIDE, MmaLaunch, WG_STREAM_SHARED, gemm_form, gemm_plan, gemm_tile_tokens,
+    mma_gemm_shared, mma_launch, mma_threads, mma_variant, one_tile_form, persistent_blocks,
+    persistent_variant, prompt_fit, ring_carveout, ring_variant, to_half_grid, wg_gemm_shared,
+    wg_stream_launch, wgs_blocks, wide_tiles,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning, RingUse, WgStream};
@@ -562,6 +563,8 @@ struct MmaFamily {
     wg_specialized: Kernel,
     /// The same staged by tensor copies (tiled weights; two tensor maps per launch).
     wg_tma: Kernel,
+    /// The same on 192-token tiles (`KernelTuning::wg_wide_from`).
+    wg_tma_wide: Kernel,
     /// The 64-token wgmma GEMM, persistent (one block per SM sharing the launch's tiles).
     wg_stream: Kernel,
     /// n1, n1d and n1h streaming their weights through shared memory (`ring_variant`).
@@ -585,6 +588,7 @@ impl MmaFamily {
             v if v == MMA_WG + 1 => self.wg_narrow,
             MMA_WGS => self.wg_specialized,
             MMA_WGT => self.wg_tma,
+            MMA_WGT_WIDE => self.wg_tma_wide,
             MMA_WG_STREAM => self.wg_stream,
             v if v >= MMA_PERSIST => self.persistent[v - MMA_PERSIST],
             v if v >= MMA_RING => self.ring[v - MMA_RING],
@@ -1428,6 +1432,7 @@ impl CudaBackend {
                     wg_narrow: m[MMA_WG + 1],
                     wg_specialized: m[MMA_WGS],
                     wg_tma: m[MMA_WGT],
+                    wg_tma_wide: m[MMA_WGT_WIDE],
                     wg_stream: m[MMA_WG_STREAM],
                     n1: m[0],
                     n2: m[1],
@@ -1611,6 +1616,21 @@ impl CudaBackend {
         {
             tracing::warn!(arch, "the wgmma GEMM with tensor copies cannot run ({e})");
             tuning.wg_tma = false;
+        }
+        // Its 192-token tiles (where asked): their own shared memory; where refused, the
+        // 128-token tiles run those launches.
+        if !tuning.wg_tma {
+            tuning.wg_wide_from = None;
+        }
+        if tuning.wg_wide_from.is_some()
+            && let Err(e) = grant_one(
+                &mut k,
+                |f| &mut f.wg_tma_wide,
+                wg_gemm_shared(MMA_GEMM_WIDE_TOKENS),
+            )
+        {
+            tracing::warn!(arch, "the wgmma GEMM's 192-token tiles cannot run ({e})");
+            tuning.wg_wide_from = None;
         }
         // Its rope epilogue: the same shared memory; where refused, rope_append runs.
         tuning.rope_epilogue &= tuning.wg_tma && matches!(config.head_dim, 64 | 128);
@@ -1972,7 +1992,7 @@ impl CudaBackend {
         t: usize,
     ) -> Result<bool, BackendError> {
         let shape = mma_launch(t, p.r, p.k, self.sms as usize, &self.tuning);
-        let gemm = matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW);
+        let gemm = gemm_tile_tokens(shape.variant).is_some();
         let wg = self.wgmma_inputs(&shape, p.k);
         let tiles = (p.r as u32).div_ceil(shape.rows) * shape.token_tiles;
         let stream_blocks = if wg && shape.variant == MMA_GEMM_NARROW {
@@ -2003,7 +2023,9 @@ impl CudaBackend {
         let split_plan = shape.split_plan();
         let units = shape.units(tiles);
         let blocks = match variant {
-            MMA_WGT | MMA_WGS => wgs_blocks(units as usize, self.sms as usize, &self.tuning),
+            MMA_WGT | MMA_WGS | MMA_WGT_WIDE => {
+                wgs_blocks(units as usize, self.sms as usize, &self.tuning)
+            }
             MMA_PERSIST.. => persistent_blocks(units as usize, self.sms as usize, &self.tuning),
             _ => stream_blocks.unwrap_or(units),
         };
@@ -2135,10 +2157,12 @@ impl CudaBackend {
 
     /// Whether a launch of `shape` over `k` columns runs the GEMM on wgmma (where it can run:
     /// K a multiple of 64; the same tiles and bits), which reads its inputs in its own order.
+    /// (`wgt192`, which `mma_launch` picks only where it runs, always does.)
     fn wgmma_inputs(&self, shape: &MmaLaunch, k: usize) -> bool {
-        matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW)
-            && self.tuning.wgmma
-            && k.is_multiple_of(64)
+        shape.variant == MMA_WGT_WIDE
+            || matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW)
+                && self.tuning.wgmma
+                && k.is_multiple_of(64)
     }
 
     /// The CUDA-core projection (gemv.cu) of `t` tokens.

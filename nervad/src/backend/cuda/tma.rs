@@ -9,10 +9,13 @@
 use cudarc::driver::sys;
 
 use super::driver::Args;
-use super::launch_shape::{ATTN_TILE, MMA_WGT};
+use super::launch_shape::{
+    ATTN_TILE, MMA_GEMM_TOKENS, MMA_GEMM_WIDE_TOKENS, MMA_WGT, MMA_WGT_WIDE,
+};
 use crate::backend::BackendError;
 
-/// The two tensor maps a `wgt` launch takes after the GEMM's arguments (`wmap`, `xmap`).
+/// The two tensor maps a `wgt` or `wgt192` launch takes after the GEMM's arguments (`wmap`,
+/// `xmap`).
 #[derive(Clone, Copy)]
 pub struct GemmMaps {
     pub weights: sys::CUtensorMap,
@@ -26,8 +29,8 @@ const TILE_LINE: u64 = 128;
 const TILE_ELEMS: u64 = 16 * 64;
 
 impl GemmMaps {
-    /// The maps a launch of `MMA_VARIANTS[variant]` takes (`MMA_WGT`'s, as `new`), none for the
-    /// other variants.
+    /// The maps a launch of `MMA_VARIANTS[variant]` takes (`MMA_WGT`'s and `MMA_WGT_WIDE`'s, as
+    /// `new` with their tiles' tokens), none for the other variants.
     pub fn for_variant(
         variant: usize,
         w: u64,
@@ -36,10 +39,10 @@ impl GemmMaps {
         xh: u64,
         tokens: usize,
     ) -> Result<Option<Self>, BackendError> {
-        if variant == MMA_WGT {
-            Self::new(w, rows, k, xh, tokens).map(Some)
-        } else {
-            Ok(None)
+        match variant {
+            MMA_WGT => Self::new(w, rows, k, xh, tokens, MMA_GEMM_TOKENS).map(Some),
+            MMA_WGT_WIDE => Self::new(w, rows, k, xh, tokens, MMA_GEMM_WIDE_TOKENS).map(Some),
+            _ => Ok(None),
         }
     }
 
@@ -53,30 +56,34 @@ impl GemmMaps {
 
     /// The maps of a launch over `rows` × `k` 16-bit weights at `w` in the tiled layout
     /// (`weight_tiles`: rows padded to 16, `k` a multiple of 64) and `tokens` prepared input
-    /// rows of `k` at `xh` (to_half in the wgmma order).
+    /// rows of `k` at `xh` (to_half in the wgmma order), staged `tile` tokens at a time.
     ///
     /// - weights: the tiled matrix as [row tile][8 × groups][128]: the box 8 × 8 × 128 at
     ///   (row0 / 16, 8 × group, 0) is a group's 8 row tiles, 16 KiB in the stage's order; row
     ///   tiles past the matrix arrive as zeros.
-    /// - inputs: [tokens][k] with the 128-byte swizzle: the box 128 × 64 at (t0, 64 × group) is
-    ///   the stage's inputs in the layout the wgmma descriptors read; tokens past `tokens` arrive
-    ///   as zeros.
+    /// - inputs: [tokens][k] with the 128-byte swizzle: the box `tile` × 64 at (t0, 64 × group)
+    ///   is the stage's inputs in the layout the wgmma descriptors read; tokens past `tokens`
+    ///   arrive as zeros.
     pub fn new(
         w: u64,
         rows: usize,
         k: usize,
         xh: u64,
         tokens: usize,
+        tile: usize,
     ) -> Result<Self, BackendError> {
         if !k.is_multiple_of(64)
             || rows == 0
             || tokens == 0
+            || !(8..=256).contains(&tile)
+            || !tile.is_multiple_of(8)
             || !w.is_multiple_of(16)
             || !xh.is_multiple_of(16)
         {
             return Err(BackendError::Device(format!(
-                "tensor copies need K a multiple of 64, rows and tokens, 16-byte aligned \
-                 operands (K {k}, {rows} rows, {tokens} tokens, w {w:#x}, x {xh:#x})"
+                "tensor copies need K a multiple of 64, rows and tokens, a tile of 8-256 tokens \
+                 in whole 8s, 16-byte aligned operands (K {k}, {rows} rows, {tokens} tokens, \
+                 tile {tile}, w {w:#x}, x {xh:#x})"
             )));
         }
         let (groups, tiles) = ((k / 64) as u64, rows.div_ceil(16) as u64);
@@ -91,7 +98,7 @@ impl GemmMaps {
             xh,
             &[k as u64, tokens as u64],
             &[k as u64 * 2],
-            &[64, 128],
+            &[64, tile as u32],
             sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
         )?;
         Ok(GemmMaps { weights, inputs })
@@ -196,13 +203,18 @@ mod tests {
 
     #[test]
     fn shapes_the_copies_cannot_take_are_refused_before_the_driver() {
-        // K not a multiple of 64, no tokens, a misaligned operand: a clear error, no encoding.
-        for (w, k, xh, tokens) in [
-            (0x1000, 96, 0x2000, 8),
-            (0x1000, 128, 0x2000, 0),
-            (0x1008, 128, 0x2000, 8),
+        // K not a multiple of 64, no tokens, a misaligned operand, a tile past a box's 256 rows
+        // or not of whole 8-token n-tiles: a clear error, no encoding.
+        for (w, k, xh, tokens, tile) in [
+            (0x1000, 96, 0x2000, 8, 128),
+            (0x1000, 128, 0x2000, 0, 128),
+            (0x1008, 128, 0x2000, 8, 192),
+            (0x1000, 128, 0x2000, 8, 320),
+            (0x1000, 128, 0x2000, 8, 100),
         ] {
-            let e = GemmMaps::new(w, 256, k, xh, tokens).err().expect("refused");
+            let e = GemmMaps::new(w, 256, k, xh, tokens, tile)
+                .err()
+                .expect("refused");
             assert!(e.to_string().contains("tensor copies need"), "{e}");
         }
     }

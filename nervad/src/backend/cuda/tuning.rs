@@ -129,6 +129,12 @@ pub struct KernelTuning {
     /// 10–13% per 512- to 2,048-token prompt; on 64-token tiles it was no faster than `wg64`,
     /// so those stay on `wg64`.
     pub wg_tma: bool,
+    /// From this many tokens the GEMM launches `wgt` would run take 192-token tiles instead
+    /// (`mma_*_wgt192`: m64 × n192 wgmma, a third fewer weight bytes staged and A fragments
+    /// loaded per multiply, 3 stages instead of 5; the same bits). Off until measured: compiled
+    /// only (NVRTC 13.0, sm_90: 144-356 bytes spilled at the chain ends and in the epilogue,
+    /// none in the group loop).
+    pub wg_wide_from: Option<usize>,
     /// Whether the wgmma GEMM's 64-token tiles (decode batches of 32–64) run persistent
     /// (`mma_*_wg64s`): one block per SM (at most `wg_stream_blocks` where that is not 0), each
     /// taking an even share of the launch's chains (whole tiles, then the leftover tiles'
@@ -309,6 +315,7 @@ impl Default for KernelTuning {
             wgmma: true,
             wg_specialized: false,
             wg_tma: true,
+            wg_wide_from: None,
             wg_stream: WgStream::Off,
             weight_ring: RingUse::Off,
             weight_ring_deep: RingUse::BelowOneWave,
@@ -352,6 +359,7 @@ impl KernelTuning {
             wgmma: false,
             wg_specialized: false,
             wg_tma: false,
+            wg_wide_from: None,
             wg_stream: WgStream::Off,
             weight_ring: RingUse::Off,
             weight_ring_deep: RingUse::Off,
@@ -376,7 +384,7 @@ impl KernelTuning {
     /// `NERVA_ATTN_FOLD=<tokens>`, `NERVA_ATTN_WGMMA=1`, `NERVA_ATTN_MIXED=1`,
     /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=<0 off, 1 always, 2 below one wave>`,
     /// `NERVA_MMA_RING_DEEP=<the same>`, `NERVA_CARVEOUT=<percent>`,
-    /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
+    /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_WIDE=<tokens>`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
     /// `NERVA_WG_STREAM_BLOCKS=<blocks>`, `NERVA_ROPE_EPILOGUE=1`, `NERVA_MMA_PERSISTENT=1`,
     /// `NERVA_MMA_PERSISTENT_BLOCKS=<blocks>` and `NERVA_NORM_SUMS=<columns>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
@@ -448,6 +456,7 @@ impl KernelTuning {
             wgmma: var("NERVA_WGMMA").map_or(d.wgmma, |v| v != 0),
             wg_specialized: var("NERVA_WG_SPECIALIZED").map_or(d.wg_specialized, |v| v != 0),
             wg_tma: var("NERVA_WG_TMA").map_or(d.wg_tma, |v| v != 0),
+            wg_wide_from: from("NERVA_WG_WIDE", d.wg_wide_from),
             wg_stream: match var("NERVA_WG_STREAM") {
                 Some(0) => WgStream::Off,
                 Some(1) => WgStream::Auto,

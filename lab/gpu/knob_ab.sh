@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A kernel knob's A/B on one binary (the GPU machine, from the repository root, `.gpu/` staged by
-# lab/gpu/stage.sh): A runs the kernels as built, B with NERVA_KERNEL_DEFINES="$1" (e.g.
-# "WG_HALF_TILE=1"; it enters the kernel cache key, so both sets of cubins live side by side).
-#   OUT=$OUT bash lab/gpu/define_ab.sh "DEFINES" [name]
+# lab/gpu/stage.sh): A runs with the defaults, B with the environment assignments given (e.g.
+# NERVA_WG_WIDE=256, or NERVA_KERNEL_DEFINES="WG_HALF_TILE=1": defines enter the kernel cache
+# key, so both sets of cubins live side by side).
+#   OUT=$OUT bash lab/gpu/knob_ab.sh NAME VAR=VALUE...
 # In order, each step's figures printed as it ends (a call cut short still shows them):
 #   1. B's bits: the kernel-variant and batch-invariance GPU tests (while the model is made);
 #   2. gpu_kernels' GEMMs under A and B (DAB_TOKENS, default 320,576,640,1088);
@@ -10,9 +11,12 @@
 #   4. issue 8's 64 streams (512-token prompts, 256 new tokens), A B A B while the elapsed time
 #      is under DAB_BUDGET seconds (default 420).
 # `.gpu/kcache.tgz`, when present, seeds the kernel cache (`nervad compile-kernels --arch 90
-# --cache-dir .gpu/kcache` on the dev machine, once plain and once with the defines).
+# --cache-dir .gpu/kcache` on the dev machine, once plain and once with any defines).
 set -u
-defs=$1 name=${2:-ab}
+name=$1; shift
+knobs=("$@")
+unset_knobs=()
+for a in "${knobs[@]}"; do unset_knobs+=(-u "${a%%=*}"); done
 export NERVA_CUDA_INCLUDE=${NERVA_CUDA_INCLUDE:-/usr/local/cuda/include}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/nerva-cache}
@@ -28,7 +32,7 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 # with A|B command...: the command under the setting
 with() {
   local s=$1; shift
-  if [ "$s" = B ]; then NERVA_KERNEL_DEFINES="$defs" "$@"; else env -u NERVA_KERNEL_DEFINES "$@"; fi
+  if [ "$s" = B ]; then env "${knobs[@]}" "$@"; else env "${unset_knobs[@]}" "$@"; fi
 }
 
 t1=$(date +%s)
@@ -38,15 +42,15 @@ tests=$!
 [ -f $M/qwen3-8b/config.json ] || .gpu/nervad make-model --preset qwen3-8b --out $M/qwen3-8b --seed 1234 >/dev/null
 wait $tests
 echo "tests rc=$? $(( $(date +%s) - t1 )) s" >> "$O/times.txt"
-echo "-- B's bits ($defs)"; grep -E "^test |test result|panicked" "$O/tests.log" | cut -c1-200
+echo "-- B's bits (${knobs[*]})"; grep -E "^test |test result|panicked" "$O/tests.log" | cut -c1-200
 
 for s in A B; do
   t1=$(date +%s)
   with $s timeout 90 .gpu/gpu_kernels --tokens "" --mma-tokens "" --gemm-tokens "${DAB_TOKENS:-320,576,640,1088}" \
     --only qwen3-8b > "$O/kernels_$s.log" 2>&1
   echo "kernels_$s rc=$? $(( $(date +%s) - t1 )) s" >> "$O/times.txt"
-  echo "-- gpu_kernels $s (T, WGS, WGT, cuBLAS, pick)"
-  grep -E "^qwen3-8b" "$O/kernels_$s.log" | awk -F"|" '{print $1 "|" $7 "|" $8 "|" $9 "|" $11}'
+  echo "-- gpu_kernels $s (T, WGS, WGT, WGT192, cuBLAS, pick)"
+  grep -E "^qwen3-8b" "$O/kernels_$s.log" | awk -F"|" '{print $1 "|" $7 "|" $8 "|" $9 "|" $10 "|" $12}'
 done
 
 for r in 1 2; do
@@ -80,5 +84,5 @@ for r in 1 2; do
 done
 
 tar czf "$OUT/$name.tgz" -C "$OUT" "$name"
-echo "===== summary ($defs as B, $(elapsed) s)"
+echo "===== summary (B: ${knobs[*]}, $(elapsed) s)"
 cat "$O/gpu.txt" "$O/times.txt"

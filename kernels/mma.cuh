@@ -1855,26 +1855,19 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         wg_stream_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,   \
                                yh, yh_wg);                                                     \
     }
-#define MMA_WGT_ENTRY(NAME, W, EPI)                                                        \
+// wgt on BN-token tiles: 128, or 192 (`wgt192`): m64 x n192 wgmma, 96 accumulators and 96 sums
+// per thread (the consumer warpgroups take 240 registers, the one-thread producer 24), 3 stages
+// of 40 KiB (the pair-opening chains' 96 KiB take the rest). Per multiply, a third fewer weight
+// bytes staged and A fragments loaded than on 128-token tiles. Same chains, order and epilogue:
+// the same bits, as each token's sums are wgmma steps of the same operands whatever the step's
+// N (as the n64 half tiles gave; the GPU bit-identity test runs it, not yet on a GPU:
+// 2026-12-07).
+#define MMA_WGT_ENTRY(NAME, W, EPI, BN)                                                    \
     extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
         NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
              const __grid_constant__ TmaMap xmap) {                                            \
-        wgs_gemm_body<W, EPI, 128, true>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,   \
-                                         counters, split_plan, yh, yh_wg, &wmap, &xmap);       \
-    }
-
-// wgt on 192-token tiles (`wgt192`): m64 x n192 wgmma, 96 accumulators and 96 sums per thread
-// (the consumer warpgroups take 240 registers, the one-thread producer 24), 3 stages of 40 KiB
-// (the pair-opening chains' 96 KiB take the rest). Per multiply, a third fewer weight bytes
-// staged and A fragments loaded than on 128-token tiles. Same chains, order and epilogue: the
-// same bits, as each token's sums are wgmma steps of the same operands whatever the step's N (as
-// the n64 half tiles gave; the GPU bit-identity test runs it, not yet on a GPU: 2026-12-07).
-#define MMA_WGT192_ENTRY(NAME, W, EPI)                                                        \
-    extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
-        NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
-             const __grid_constant__ TmaMap xmap) {                                            \
-        wgs_gemm_body<W, EPI, 192, true>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,   \
-                                         counters, split_plan, yh, yh_wg, &wmap, &xmap);       \
+        wgs_gemm_body<W, EPI, BN, true>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws,    \
+                                        counters, split_plan, yh, yh_wg, &wmap, &xmap);        \
     }
 
 // The q|k|v projection's wgt with the ROPE epilogue (its step after the maps, by value; KV is
@@ -1933,8 +1926,8 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg, wg_gemm_body, W, EPI, 128, MMA_THREADS)      \
     MMA_GEMM_ENTRY(mma_##MODE##_##DT##_wg64, wg_gemm_body, W, EPI, 64, MMA_THREADS)     \
     MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)                                      \
-    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI)                                      \
-    MMA_WGT192_ENTRY(mma_##MODE##_##DT##_wgt192, W, EPI)                                \
+    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI, 128)                                 \
+    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt192, W, EPI, 192)                              \
     MMA_WG_STREAM_ENTRY(mma_##MODE##_##DT##_wg64s, W, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \

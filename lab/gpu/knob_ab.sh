@@ -8,7 +8,8 @@
 #   1. B's bits: the kernel-variant and batch-invariance GPU tests (while the model is made);
 #   2. gpu_kernels' GEMMs under A and B (DAB_TOKENS, default 320,576,640,1088);
 #   3. mixed steps of 64 decoders and a prompt chunk, A B A B (DAB_MIXED, default 64:512,64:256);
-#   4. issue 8's 64 streams (512-token prompts, 256 new tokens), A B A B while the elapsed time
+#   4. one prompt's prefill alone, A B (DAB_PREFILL tokens, default 2048; empty skips it);
+#   5. issue 8's 64 streams (512-token prompts, 256 new tokens), A B A B while the elapsed time
 #      is under DAB_BUDGET seconds (default 420).
 # `.gpu/kcache.tgz`, when present, seeds the kernel cache (`nervad compile-kernels --arch 90
 # --cache-dir .gpu/kcache` on the dev machine, once plain and once with any defines).
@@ -63,7 +64,18 @@ for r in 1 2; do
   done
 done
 
-sock=/tmp/nerva-define-ab.sock
+if [ -n "${DAB_PREFILL-2048}" ]; then
+  for s in A B; do
+    t1=$(date +%s)
+    with $s timeout 90 .gpu/gpu_decode --model $M/qwen3-8b --batch 1 --prompt 128 --tokens 8 \
+      --prefill "${DAB_PREFILL-2048}" --max-step-tokens 2048 > "$O/prefill_$s.log" 2>&1
+    echo "prefill_$s rc=$? $(( $(date +%s) - t1 )) s" >> "$O/times.txt"
+    echo "-- prefill $s (tokens | ms p50 | tok/s | steps | GPU ms | min / max | TFLOP/s)"
+    grep -E "^\| ${DAB_PREFILL-2048} \|" "$O/prefill_$s.log"
+  done
+fi
+
+sock=/tmp/nerva-knob-ab.sock
 for r in 1 2; do
   for s in A B; do
     [ "$(elapsed)" -gt "${DAB_BUDGET:-420}" ] && break 2

@@ -525,10 +525,11 @@ pub fn wide_tiles(t: usize, k: usize, tuning: &KernelTuning) -> bool {
 }
 
 /// The kernel a GEMM launch of `variant` (`MMA_GEMM` or `MMA_GEMM_NARROW`, as `mma_launch` picks
-/// it; `MMA_WGT_WIDE`, which `mma_launch` picks only where it runs, as it is) runs on where its inputs go to wgmma (`wg`): the 128-token tiles staged by tensor copies
+/// it) runs on where its inputs go to wgmma (`wg`): the 128-token tiles staged by tensor copies
 /// (`KernelTuning::wg_tma`), else warp-specialized (`wg_specialized`), else `wg`; the 64-token
-/// ones on `wg64` (the host may stream those instead: `wg_stream_launch`). Any other variant,
-/// or without wgmma, as it is.
+/// ones on `wg64` (the host may stream those instead: `wg_stream_launch`). Any other variant
+/// (`MMA_WGT_WIDE` included, which `mma_launch` picks only where it runs), or without wgmma, as
+/// it is.
 pub fn gemm_form(variant: usize, wg: bool, tuning: &KernelTuning) -> usize {
     match variant {
         MMA_GEMM if wg && tuning.wg_tma => MMA_WGT,

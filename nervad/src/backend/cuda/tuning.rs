@@ -132,8 +132,8 @@ pub struct KernelTuning {
     /// From this many tokens the GEMM launches `wgt` would run take 192-token tiles instead
     /// (`mma_*_wgt192`: m64 × n192 wgmma, a third fewer weight bytes staged and A fragments
     /// loaded per multiply, 3 stages instead of 5; the same bits). Off until measured: compiled
-    /// only (NVRTC 13.0, sm_90: 144-356 bytes spilled at the chain ends and in the epilogue,
-    /// none in the group loop).
+    /// only (NVRTC 13.0, sm_90: 144–172 bytes spilled at the chain ends and in the epilogue,
+    /// none in the group loop; 2026-12-07 thirty-eighth session).
     pub wg_wide_from: Option<usize>,
     /// Whether the wgmma GEMM's 64-token tiles (decode batches of 32–64) run persistent
     /// (`mma_*_wg64s`): one block per SM (at most `wg_stream_blocks` where that is not 0), each
@@ -384,8 +384,8 @@ impl KernelTuning {
     /// `NERVA_ATTN_FOLD=<tokens>`, `NERVA_ATTN_WGMMA=1`, `NERVA_ATTN_MIXED=1`,
     /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=<0 off, 1 always, 2 below one wave>`,
     /// `NERVA_MMA_RING_DEEP=<the same>`, `NERVA_CARVEOUT=<percent>`,
-    /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_WIDE=<tokens>`, `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and
-    /// `NERVA_WG_STREAM_BLOCKS=<blocks>`, `NERVA_ROPE_EPILOGUE=1`, `NERVA_MMA_PERSISTENT=1`,
+    /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_WIDE=<tokens>`,
+    /// `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and `NERVA_WG_STREAM_BLOCKS=<blocks>`, `NERVA_ROPE_EPILOGUE=1`, `NERVA_MMA_PERSISTENT=1`,
     /// `NERVA_MMA_PERSISTENT_BLOCKS=<blocks>` and `NERVA_NORM_SUMS=<columns>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
     pub fn from_env() -> Self {

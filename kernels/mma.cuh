@@ -973,6 +973,9 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 #ifndef WG_STAGES_192
 #define WG_STAGES_192 3
 #endif
+#ifndef WG_STAGES_144
+#define WG_STAGES_144 4
+#endif
 #ifndef WG_STAGES_NARROW
 #define WG_STAGES_NARROW 8
 #endif
@@ -1040,8 +1043,10 @@ struct WgTile {
     // its producer is already filling with the next tile's groups.
     static constexpr int TILE_BYTES = GEMM_BM * (BN + 1) * 4;
     static constexpr int END_BYTES = FIRST_BYTES > TILE_BYTES ? FIRST_BYTES : TILE_BYTES;
-    static constexpr int STAGES =
-        BN == 64 ? WG_STAGES_NARROW : BN == 192 ? WG_STAGES_192 : WG_STAGES_WIDE;
+    static constexpr int STAGES = BN == 64    ? WG_STAGES_NARROW
+                                  : BN == 192 ? WG_STAGES_192
+                                  : BN == 144 ? WG_STAGES_144
+                                              : WG_STAGES_WIDE;
     static constexpr int AHEAD = STAGES - 2;
     // Dynamic shared memory of a launch (the host's wg_gemm_shared): 1 KiB more, to align the
     // stages to the swizzle atom.
@@ -1855,13 +1860,13 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
         wg_stream_body<W, EPI>(w, bias, xh, K, R, T, y, y_stride, token_tiles, ws, counters,   \
                                yh, yh_wg);                                                     \
     }
-// wgt on BN-token tiles: 128, or 192 (`wgt192`): m64 x n192 wgmma, 96 accumulators and 96 sums
+// wgt on BN-token tiles: 128; 192 (`wgt192`): m64 x n192 wgmma, 96 accumulators and 96 sums
 // per thread (the consumer warpgroups take 240 registers, the one-thread producer 24), 3 stages
-// of 40 KiB (the pair-opening chains' 96 KiB take the rest). Per multiply, a third fewer weight
-// bytes staged and A fragments loaded than on 128-token tiles. Same chains, order and epilogue:
-// the same bits, as each token's sums are wgmma steps of the same operands whatever the step's
-// N (as the n64 half tiles gave; the GPU bit-identity test runs it, not yet on a GPU:
-// 2026-12-07).
+// of 40 KiB (the pair-opening chains' 96 KiB take the rest), per multiply a third fewer weight
+// bytes staged and A fragments loaded than on 128-token tiles; or 144 (`wgt144`): 72 and 72
+// per thread, 4 stages of 34 KiB, a quarter fewer. Same chains, order and epilogue: the same
+// bits, as each token's sums are wgmma steps of the same operands whatever the step's N (as the
+// n64 half tiles gave; the GPU bit-identity test runs both, not yet on a GPU: 2026-12-07).
 #define MMA_WGT_ENTRY(NAME, W, EPI, BN)                                                    \
     extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
         NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \
@@ -1928,6 +1933,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
     MMA_WGS_ENTRY(mma_##MODE##_##DT##_wgs, W, EPI)                                      \
     MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt, W, EPI, 128)                                 \
     MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt192, W, EPI, 192)                              \
+    MMA_WGT_ENTRY(mma_##MODE##_##DT##_wgt144, W, EPI, 144)                              \
     MMA_WG_STREAM_ENTRY(mma_##MODE##_##DT##_wg64s, W, EPI)
 
 #define MMA_DTYPE(DT, W)                                  \

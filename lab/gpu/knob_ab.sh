@@ -50,8 +50,8 @@ for s in A B; do
   with $s timeout 90 .gpu/gpu_kernels --tokens "" --mma-tokens "" --gemm-tokens "${DAB_TOKENS:-320,576,640,1088}" \
     --only qwen3-8b > "$O/kernels_$s.log" 2>&1
   echo "kernels_$s rc=$? $(( $(date +%s) - t1 )) s" >> "$O/times.txt"
-  echo "-- gpu_kernels $s (T, WGS, WGT, WGT192, cuBLAS, pick)"
-  grep -E "^qwen3-8b" "$O/kernels_$s.log" | awk -F"|" '{print $1 "|" $7 "|" $8 "|" $9 "|" $10 "|" $12}'
+  echo "-- gpu_kernels $s (T, WGS, WGT, WGT192, WGT144, cuBLAS, pick)"
+  grep -E "^qwen3-8b" "$O/kernels_$s.log" | awk -F"|" '{print $1 "|" $7 "|" $8 "|" $9 "|" $10 "|" $11 "|" $13}'
 done
 
 for r in 1 2; do

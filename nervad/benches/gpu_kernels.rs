@@ -18,11 +18,11 @@ use nervad::backend::cuda::blas::{Blas, WORKSPACE_BYTES};
 use nervad::backend::cuda::driver::{Args, DevBuf, Gpu, Kernel};
 use nervad::backend::cuda::{
     GEMM_SPLIT_MAX_BLOCKS_PER_SM, GemmMaps, GemmSplit, KernelTuning, MMA_DEEP, MMA_GEMM,
-    MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS,
+    MMA_GEMM_MID_TOKENS, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS,
     MMA_GEMM_WIDE_TOKENS, MMA_PERSIST, MMA_RING, MMA_VARIANTS, MMA_WG, MMA_WGS, MMA_WGT,
-    MMA_WGT_WIDE, MmaLaunch, gemm_form, gemm_plan, gemm_tile_tokens, kernels, mma_gemm_shared,
-    mma_launch, mma_threads, one_tile_form, persistent_blocks, prompt_fit, ring_form, to_half_grid,
-    wg_gemm_shared, wgs_blocks,
+    MMA_WGT_MID, MMA_WGT_WIDE, MmaLaunch, gemm_form, gemm_plan, gemm_tile_tokens, kernels,
+    mma_gemm_shared, mma_launch, mma_threads, one_tile_form, persistent_blocks, prompt_fit,
+    ring_form, to_half_grid, wg_gemm_shared, wgs_blocks,
 };
 use nervad::model::DType;
 
@@ -288,8 +288,8 @@ impl Bench {
         let (ws, done, split_plan) = (self.gemm_ws.ptr, self.gemm_done.ptr, launch.split_plan());
         let gemm = gemm_tile_tokens(launch.variant).is_some();
         // The wgmma GEMM reads its inputs in its own order (to_half's wg_order).
-        let wg_order =
-            ((MMA_WG..MMA_RING).contains(&launch.variant) || launch.variant == MMA_WGT_WIDE) as i32;
+        let wg_order = ((MMA_WG..MMA_RING).contains(&launch.variant)
+            || matches!(launch.variant, MMA_WGT_WIDE | MMA_WGT_MID)) as i32;
         let region = self.weights.bytes;
         let x_stride = shape.k as i32;
         let (k, r, ti) = (shape.k as i32, shape.r as i32, t as i32);
@@ -300,7 +300,7 @@ impl Bench {
         // launches them (NERVA_WG_PERSISTENT, NERVA_MMA_PERSISTENT_BLOCKS), the environment
         // read once, not per timed launch.
         let blocks = match launch.variant {
-            MMA_WGS | MMA_WGT | MMA_WGT_WIDE => {
+            MMA_WGS | MMA_WGT | MMA_WGT_WIDE | MMA_WGT_MID => {
                 wgs_blocks(units as usize, sms, &KernelTuning::from_env())
             }
             MMA_PERSIST.. => persistent_blocks(units as usize, sms, &KernelTuning::from_env()),
@@ -476,6 +476,7 @@ fn run(cli: &Cli) -> Res<()> {
             shared.push((MMA_WGS, wg_gemm_shared(MMA_GEMM_TOKENS)));
             shared.push((MMA_WGT, wg_gemm_shared(MMA_GEMM_TOKENS)));
             shared.push((MMA_WGT_WIDE, wg_gemm_shared(MMA_GEMM_WIDE_TOKENS)));
+            shared.push((MMA_WGT_MID, wg_gemm_shared(MMA_GEMM_MID_TOKENS)));
         }
         for (v, bytes) in shared {
             ks[v] = gpu.with_dynamic_shared(ks[v], bytes)?;
@@ -657,7 +658,7 @@ fn run(cli: &Cli) -> Res<()> {
     let Some(mut blas) = blas else { return Ok(()) };
     println!();
     println!(
-        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7} | pick",
+        "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>7} | pick",
         "model",
         "proj",
         "M",
@@ -678,6 +679,8 @@ fn run(cli: &Cli) -> Res<()> {
         "WGT (us)",
         "TFLOP/s",
         "WGT192 (us)",
+        "TFLOP/s",
+        "WGT144 (us)",
         "TFLOP/s",
         "cuBLAS (us)",
         "TFLOP/s",
@@ -747,16 +750,17 @@ fn run(cli: &Cli) -> Res<()> {
             let gemm = gemm_tiles(MMA_GEMM, MMA_GEMM_TOKENS, GemmSplit::Auto)?;
             let gemm64 = gemm_tiles(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS, GemmSplit::Auto)?;
             // The same launches on wgmma (Hopper only), with the same splits.
-            let (wg, wg64, wgs, wgt, wgt192) = if arch == 90 {
+            let (wg, wg64, wgs, wgt, wgt192, wgt144) = if arch == 90 {
                 (
                     gemm_tiles(MMA_WG, MMA_GEMM_TOKENS, GemmSplit::Auto)?,
                     gemm_tiles(MMA_WG + 1, MMA_GEMM_NARROW_TOKENS, GemmSplit::Auto)?,
                     gemm_tiles(MMA_WGS, MMA_GEMM_TOKENS, GemmSplit::Auto)?,
                     gemm_tiles(MMA_WGT, MMA_GEMM_TOKENS, GemmSplit::Auto)?,
                     gemm_tiles(MMA_WGT_WIDE, MMA_GEMM_WIDE_TOKENS, GemmSplit::Auto)?,
+                    gemm_tiles(MMA_WGT_MID, MMA_GEMM_MID_TOKENS, GemmSplit::Auto)?,
                 )
             } else {
-                (None, None, None, None, None)
+                (None, None, None, None, None, None)
             };
             let (xa, yp, wbase, region) = (b.xa.ptr, b.y.ptr, b.weights.ptr, b.weights.bytes);
             let cublas = b.time(|_, i| {
@@ -780,6 +784,7 @@ fn run(cli: &Cli) -> Res<()> {
             let (ws_us, ws_tf) = cells(wgs.map(|g| g.0));
             let (wt_us, wt_tf) = cells(wgt.map(|g| g.0));
             let (ww_us, ww_tf) = cells(wgt192.map(|g| g.0));
+            let (wm_us, wm_tf) = cells(wgt144.map(|g| g.0));
             // The plan of the 128-token tiles (GEMM, WG, WGS, WGT) and the 64-token ones: "x4",
             // or "t4" where only the last partial wave's tiles split.
             let splits = |g: Option<(f64, (u32, u32))>| {
@@ -788,7 +793,7 @@ fn run(cli: &Cli) -> Res<()> {
                 })
             };
             // Ours (the faster GEMM where it runs, else the GEMV) against cuBLAS.
-            let best = [gemm, gemm64, wg, wg64, wgs, wgt, wgt192]
+            let best = [gemm, gemm64, wg, wg64, wgs, wgt, wgt192, wgt144]
                 .iter()
                 .flatten()
                 .map(|g| g.0)
@@ -796,7 +801,7 @@ fn run(cli: &Cli) -> Res<()> {
                 .or(ours);
             let ratio = best.map_or("-".to_string(), |o| format!("{:.2}x", o / cublas));
             println!(
-                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7} | {}",
+                "{:<11} {:<8} {:>5} | {:>11} {:>8} | {:>11} {:>8} {:>3} | {:>11} {:>8} {:>3} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11} {:>8} | {:>11.2} {:>8.1} | {:>7} | {}",
                 shape.model,
                 shape.name,
                 m,
@@ -818,6 +823,8 @@ fn run(cli: &Cli) -> Res<()> {
                 wt_tf,
                 ww_us,
                 ww_tf,
+                wm_us,
+                wm_tf,
                 cublas * 1e3,
                 tf(cublas),
                 ratio,

@@ -785,6 +785,20 @@ fn kernel_variants_give_identical_bits() {
                 },
             ),
             (
+                "tiled weights + the wgmma GEMM staged by tensor copies on 144-token tiles \
+                 (Hopper) from 9 tokens, chains in 8 blocks per tile",
+                KernelTuning {
+                    gemm_from: Some(9),
+                    gemm_min_k: 0,
+                    gemm_narrow: false,
+                    gemm_split: GemmSplit::Fixed(8),
+                    wg_tma: true,
+                    wg_wide_from: Some(9),
+                    wg_wide_tokens: 144,
+                    ..KernelTuning::default()
+                },
+            ),
+            (
                 "tiled weights + the wgmma GEMM staged by tensor copies on 192-token tiles \
                  (Hopper) from 9 tokens, whole chains per block, persistent in 3 blocks",
                 KernelTuning {

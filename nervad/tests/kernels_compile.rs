@@ -94,7 +94,7 @@ fn launch_threads(kernel: &str) -> u32 {
         1024
     } else if kernel == "read_bandwidth" {
         512
-    } else if kernel.ends_with("_wgs") || kernel.ends_with("_wgt") || kernel.ends_with("_wgt192") {
+    } else if kernel.ends_with("_wgs") || kernel.contains("_wgt") {
         384
     } else {
         256

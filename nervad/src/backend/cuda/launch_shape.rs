@@ -66,10 +66,11 @@ pub(super) const ATTN_GENERAL_DIM: usize = 128;
 /// `mma_{mode}_{dtype}_{variant}`), then the deep one-n-tile variant (`MMA_DEEP`), the
 /// one-n-tile variant on prepared inputs (`MMA_HALF`), the token-split multi-tile ones and the
 /// fixed-order GEMM (`MMA_GEMM`), then the one-n-tile variants' ring forms (`ring_variant`) and
-/// persistent forms (`persistent_variant`), then `wgt` on 192-token tiles (`MMA_WGT_WIDE`).
-pub const MMA_VARIANTS: [&str; 22] = [
+/// persistent forms (`persistent_variant`), then `wgt` on 192- and 144-token tiles
+/// (`MMA_WGT_WIDE`, `MMA_WGT_MID`).
+pub const MMA_VARIANTS: [&str; 23] = [
     "n1", "n2", "n4", "n8m2", "n1d", "n1h", "n2s", "n4s", "n8m2s", "gemm", "gemm64", "wg", "wg64",
-    "wgs", "wgt", "wg64s", "n1r", "n1dr", "n1hr", "n1p", "n1hp", "wgt192",
+    "wgs", "wgt", "wg64s", "n1r", "n1dr", "n1hr", "n1p", "n1hp", "wgt192", "wgt144",
 ];
 /// Index of the deep one-n-tile variant in `MMA_VARIANTS` (16 rows per block, like n1).
 pub const MMA_DEEP: usize = 4;
@@ -113,6 +114,10 @@ pub const MMA_PERSIST: usize = 19;
 /// and 96 sums per thread leave no room for more). Launched where
 /// `KernelTuning::wg_wide_from` asks for it (`mma_launch`).
 pub const MMA_WGT_WIDE: usize = 21;
+/// Index in `MMA_VARIANTS` of `wgt` on 144-token tiles (`wgt144`): a quarter fewer weight bytes
+/// staged per multiply than on 128-token tiles, in 4 stages. Launched instead of `wgt192` where
+/// `KernelTuning::wg_wide_tokens` is 144.
+pub const MMA_WGT_MID: usize = 22;
 
 /// Blocks per SM of n1 and n1h (mma.cuh's MMA_MIN_BLOCKS: registers ≤ 85): one wave of them is
 /// as many blocks as a persistent launch takes.
@@ -199,13 +204,13 @@ pub fn ring_carveout(arch: u32, blocks: u32, dynamic: u32) -> i32 {
         .min(100) as i32
 }
 
-/// Threads per block of `MMA_WGS`, `MMA_WGT` and `MMA_WGT_WIDE` (mma.cuh's WGS_THREADS); every
-/// other variant runs 256.
+/// Threads per block of `MMA_WGS`, `MMA_WGT`, `MMA_WGT_WIDE` and `MMA_WGT_MID` (mma.cuh's
+/// WGS_THREADS); every other variant runs 256.
 pub const MMA_WGS_THREADS: u32 = 384;
 
 /// Threads per block of a launch of `MMA_VARIANTS[variant]`.
 pub const fn mma_threads(variant: usize) -> u32 {
-    if variant == MMA_WGS || variant == MMA_WGT || variant == MMA_WGT_WIDE {
+    if matches!(variant, MMA_WGS | MMA_WGT | MMA_WGT_WIDE | MMA_WGT_MID) {
         MMA_WGS_THREADS
     } else {
         256
@@ -217,6 +222,8 @@ pub const MMA_GEMM_TOKENS: usize = 128;
 pub const MMA_GEMM_NARROW_TOKENS: usize = 64;
 /// Tokens per block of `wgt192` (`MMA_WGT_WIDE`).
 pub const MMA_GEMM_WIDE_TOKENS: usize = 192;
+/// Tokens per block of `wgt144` (`MMA_WGT_MID`).
+pub const MMA_GEMM_MID_TOKENS: usize = 144;
 
 /// Tokens per tile of a GEMM launch of `MMA_VARIANTS[variant]`; None for the other variants.
 pub const fn gemm_tile_tokens(variant: usize) -> Option<usize> {
@@ -225,6 +232,7 @@ pub const fn gemm_tile_tokens(variant: usize) -> Option<usize> {
         MMA_GEMM_NARROW | MMA_WG_STREAM => Some(MMA_GEMM_NARROW_TOKENS),
         v if v == MMA_WG + 1 => Some(MMA_GEMM_NARROW_TOKENS),
         MMA_WGT_WIDE => Some(MMA_GEMM_WIDE_TOKENS),
+        MMA_WGT_MID => Some(MMA_GEMM_MID_TOKENS),
         _ => None,
     }
 }
@@ -237,13 +245,15 @@ pub const fn mma_gemm_shared(tokens: usize) -> u32 {
 }
 
 /// Dynamic shared memory of a wgmma GEMM launch of `tokens`-token tiles (mma.cuh's
-/// `WgTile<tokens>::SMEM`): its stages (8 on 64-token tiles, 3 on 192-token ones, else 5) of 16
-/// KiB of weights and tokens × 128 bytes of inputs, one region for each thread's pair-opening
-/// chain (tokens / 2 floats per thread of 256) or the finished 128 × (tokens + 1)-float tile,
-/// and 1 KiB to align the stages: 225.5 KiB on 64- and 128-token tiles, 217.5 KiB on 192.
+/// `WgTile<tokens>::SMEM`): its stages (8 on 64-token tiles, 4 on 144-token ones, 3 on 192,
+/// else 5) of 16 KiB of weights and tokens × 128 bytes of inputs, one region for each thread's
+/// pair-opening chain (tokens / 2 floats per thread of 256) or the finished 128 × (tokens +
+/// 1)-float tile, and 1 KiB to align the stages: 225.5 KiB on 64- and 128-token tiles, 209.5 on
+/// 144, 217.5 on 192.
 pub const fn wg_gemm_shared(tokens: usize) -> u32 {
     let stages = match tokens {
         64 => 8,
+        144 => 4,
         192 => 3,
         _ => 5,
     };
@@ -514,7 +524,7 @@ pub fn prompt_fit(t: usize, k: usize, tuning: &KernelTuning) -> bool {
     tuning.wgmma && k.is_multiple_of(64) && t >= tuning.gemm_prompt_fit_from
 }
 
-/// Whether a GEMM launch of `t` tokens over `k` columns takes `wgt192`'s 192-token tiles rather
+/// Whether a GEMM launch of `t` tokens over `k` columns takes `wide_form`'s wider tiles rather
 /// than 128-token ones: from `KernelTuning::wg_wide_from` tokens where `wgt` runs it (tensor
 /// copies on wgmma, `k` a multiple of 64).
 pub fn wide_tiles(t: usize, k: usize, tuning: &KernelTuning) -> bool {
@@ -524,12 +534,22 @@ pub fn wide_tiles(t: usize, k: usize, tuning: &KernelTuning) -> bool {
         && k.is_multiple_of(64)
 }
 
+/// The wider tiles `wide_tiles` launches: `wgt144` where `KernelTuning::wg_wide_tokens` is 144,
+/// else `wgt192`, with their tokens per tile.
+pub fn wide_form(tuning: &KernelTuning) -> (usize, usize) {
+    if tuning.wg_wide_tokens == MMA_GEMM_MID_TOKENS {
+        (MMA_WGT_MID, MMA_GEMM_MID_TOKENS)
+    } else {
+        (MMA_WGT_WIDE, MMA_GEMM_WIDE_TOKENS)
+    }
+}
+
 /// The kernel a GEMM launch of `variant` (`MMA_GEMM` or `MMA_GEMM_NARROW`, as `mma_launch` picks
 /// it) runs on where its inputs go to wgmma (`wg`): the 128-token tiles staged by tensor copies
 /// (`KernelTuning::wg_tma`), else warp-specialized (`wg_specialized`), else `wg`; the 64-token
 /// ones on `wg64` (the host may stream those instead: `wg_stream_launch`). Any other variant
-/// (`MMA_WGT_WIDE` included, which `mma_launch` picks only where it runs), or without wgmma, as
-/// it is.
+/// (`MMA_WGT_WIDE` and `MMA_WGT_MID` included, which `mma_launch` picks only where they run), or
+/// without wgmma, as it is.
 pub fn gemm_form(variant: usize, wg: bool, tuning: &KernelTuning) -> usize {
     match variant {
         MMA_GEMM if wg && tuning.wg_tma => MMA_WGT,
@@ -556,9 +576,9 @@ pub fn prepared_inputs(t: usize, tuning: &KernelTuning) -> bool {
 /// takes every launch (below 128 tokens only where `k` reaches `gemm_min_k`): blocks of 128 rows
 /// and 128 tokens, or 64 with `gemm_narrow`, each tile's
 /// chains in 1, 4 or 8 blocks, or the last partial wave's only (`gemm_plan`), whichever
-/// `gemm_cost` ranks cheapest for the `r` × `k` matrix; the 128-token tiles on 192 instead
-/// (`wgt192`) where `wide_tiles` holds, their chains split as `gemm_plan` plans them (priced by
-/// the 128-token fit: no 192-token one is measured yet).
+/// `gemm_cost` ranks cheapest for the `r` × `k` matrix; the 128-token tiles on 192 or 144
+/// instead (`wide_form`) where `wide_tiles` holds, their chains split as `gemm_plan` plans them
+/// (priced by the 128-token fit: no fit of the wider tiles is measured yet).
 pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
     let (variant, rows) = mma_variant(t);
     let prepared = prepared_inputs(t, tuning);
@@ -586,7 +606,8 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
         let (variant, tile, _) = if tuning.gemm_narrow && narrow.2 < wide.2 {
             narrow
         } else if wide_tiles(t, k, tuning) {
-            (MMA_WGT_WIDE, MMA_GEMM_WIDE_TOKENS, wide.2)
+            let (variant, tile) = wide_form(tuning);
+            (variant, tile, wide.2)
         } else {
             wide
         };
@@ -1227,6 +1248,11 @@ mod tests {
         assert_eq!(mma_threads(MMA_WGT_WIDE), MMA_WGS_THREADS);
         assert_eq!(gemm_tile_tokens(MMA_WGT_WIDE), Some(192));
         assert_eq!(gemm_tile_tokens(MMA_WGT), Some(128));
+        assert_eq!(gemm_tile_tokens(MMA_WGT_MID), Some(144));
+        assert_eq!(MMA_VARIANTS[MMA_WGT_MID], "wgt144");
+        assert_eq!(mma_threads(MMA_WGT_MID), MMA_WGS_THREADS);
+        // wgt144: 4 stages of 34 KiB beside the 128 × 145-float tile.
+        assert_eq!(wg_gemm_shared(MMA_GEMM_MID_TOKENS), 214_528);
         assert_eq!(gemm_tile_tokens(MMA_WG + 1), Some(64));
         assert_eq!(gemm_tile_tokens(MMA_WG_STREAM), Some(64));
         assert_eq!(gemm_tile_tokens(MMA_HALF), None);
@@ -1247,6 +1273,15 @@ mod tests {
             MMA_GEMM,
             "off by default"
         );
+        // On 144-token tiles where asked: 576 tokens are 4 of them.
+        let mid = KernelTuning {
+            wg_wide_tokens: 144,
+            ..wide
+        };
+        let l = mma_launch(576, 4096, 12_288, SMS, &mid);
+        assert_eq!((l.variant, l.token_tiles), (MMA_WGT_MID, 4));
+        assert_eq!(wide_form(&mid), (MMA_WGT_MID, 144));
+        assert_eq!(wide_form(&wide), (MMA_WGT_WIDE, 192));
         // Below the threshold, without the tensor copies or wgmma, or K not a multiple of 64:
         // what the defaults pick.
         assert_eq!(
@@ -1276,13 +1311,15 @@ mod tests {
             mma_launch(576, 4096, 4100, SMS, &d)
         );
         assert!(wide_tiles(256, 4096, &wide) && !wide_tiles(256, 4100, &wide));
-        // Their split blocks' 96 KiB partials stay within the workspace of 8 × 64 KiB per SM:
-        // every plan, over the token counts and matrices a step meets.
-        for t in [9, 64, 200, 576, 1024, 2048] {
+        // Their split blocks' 96 KiB (72 KiB) partials stay within the workspace of 8 × 64 KiB
+        // per SM: every plan, over the token counts and matrices a step meets.
+        for (t, tile) in [9, 64, 200, 576, 1024, 2048]
+            .into_iter()
+            .flat_map(|t| [(t, MMA_GEMM_WIDE_TOKENS), (t, MMA_GEMM_MID_TOKENS)])
+        {
             for (r, k) in [(6144, 4096), (4096, 4096), (24_576, 4096), (4096, 12_288)] {
                 for split in [GemmSplit::Auto, GemmSplit::Fixed(4), GemmSplit::Fixed(8)] {
                     for tail in [None, Some(0)] {
-                        let tile = MMA_GEMM_WIDE_TOKENS;
                         let (s, whole) = gemm_plan(t, (r, k), SMS, (tile, true), split, tail);
                         let tiles = r.div_ceil(128) * t.div_ceil(tile);
                         let partials = if s > 1 {
@@ -1292,7 +1329,7 @@ mod tests {
                         };
                         assert!(
                             partials <= GEMM_SPLIT_MAX_BLOCKS_PER_SM * SMS * (64 << 10),
-                            "{t} tokens, {r} × {k}, {split:?}, {tail:?}: {partials} bytes"
+                            "{t} tokens on {tile}, {r} × {k}, {split:?}, {tail:?}: {partials} B"
                         );
                     }
                 }

@@ -47,13 +47,13 @@ use launch_shape::{
     prefill_split_blocks, prepared_inputs,
 };
 pub use launch_shape::{
-    GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS,
-    MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_GEMM_WIDE_TOKENS, MMA_HALF, MMA_PERSIST, MMA_RING,
-    MMA_RING_FORMS, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS, MMA_WGS_THREADS,
-    MMA_WGT, MMA_WGT_WIDE, MmaLaunch, WG_STREAM_SHARED, gemm_form, gemm_plan, gemm_tile_tokens,
-    mma_gemm_shared, mma_launch, mma_threads, mma_variant, one_tile_form, persistent_blocks,
-    persistent_variant, prompt_fit, ring_carveout, ring_variant, to_half_grid, wg_gemm_shared,
-    wg_stream_launch, wgs_blocks, wide_tiles,
+    GEMM_SPLIT_MAX_BLOCKS_PER_SM, MMA_DEEP, MMA_GEMM, MMA_GEMM_MID_TOKENS, MMA_GEMM_NARROW,
+    MMA_GEMM_NARROW_TOKENS, MMA_GEMM_SHARED, MMA_GEMM_TOKENS, MMA_GEMM_WIDE_TOKENS, MMA_HALF,
+    MMA_PERSIST, MMA_RING, MMA_RING_FORMS, MMA_SPLIT, MMA_VARIANTS, MMA_WG, MMA_WG_STREAM, MMA_WGS,
+    MMA_WGS_THREADS, MMA_WGT, MMA_WGT_MID, MMA_WGT_WIDE, MmaLaunch, WG_STREAM_SHARED, gemm_form,
+    gemm_plan, gemm_tile_tokens, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
+    one_tile_form, persistent_blocks, persistent_variant, prompt_fit, ring_carveout, ring_variant,
+    to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks, wide_form, wide_tiles,
 };
 pub use tma::GemmMaps;
 pub use tuning::{GemmSplit, KernelTuning, RingUse, WgStream};
@@ -563,8 +563,9 @@ struct MmaFamily {
     wg_specialized: Kernel,
     /// The same staged by tensor copies (tiled weights; two tensor maps per launch).
     wg_tma: Kernel,
-    /// The same on 192-token tiles (`KernelTuning::wg_wide_from`).
+    /// The same on 192- and 144-token tiles (`KernelTuning::wg_wide_from`, `wg_wide_tokens`).
     wg_tma_wide: Kernel,
+    wg_tma_mid: Kernel,
     /// The 64-token wgmma GEMM, persistent (one block per SM sharing the launch's tiles).
     wg_stream: Kernel,
     /// n1, n1d and n1h streaming their weights through shared memory (`ring_variant`).
@@ -589,6 +590,7 @@ impl MmaFamily {
             MMA_WGS => self.wg_specialized,
             MMA_WGT => self.wg_tma,
             MMA_WGT_WIDE => self.wg_tma_wide,
+            MMA_WGT_MID => self.wg_tma_mid,
             MMA_WG_STREAM => self.wg_stream,
             v if v >= MMA_PERSIST => self.persistent[v - MMA_PERSIST],
             v if v >= MMA_RING => self.ring[v - MMA_RING],
@@ -1433,6 +1435,7 @@ impl CudaBackend {
                     wg_specialized: m[MMA_WGS],
                     wg_tma: m[MMA_WGT],
                     wg_tma_wide: m[MMA_WGT_WIDE],
+                    wg_tma_mid: m[MMA_WGT_MID],
                     wg_stream: m[MMA_WG_STREAM],
                     n1: m[0],
                     n2: m[1],
@@ -1617,19 +1620,24 @@ impl CudaBackend {
             tracing::warn!(arch, "the wgmma GEMM with tensor copies cannot run ({e})");
             tuning.wg_tma = false;
         }
-        // Its 192-token tiles (where asked): their own shared memory; where refused, the
-        // 128-token tiles run those launches.
+        // Its wider tiles (where asked): their own shared memory; where refused, the 128-token
+        // tiles run those launches.
         if !tuning.wg_tma {
             tuning.wg_wide_from = None;
         }
+        let (wide_variant, wide_tokens) = wide_form(&tuning);
+        let wide_kernel: fn(&mut MmaFamily) -> &mut Kernel = if wide_variant == MMA_WGT_MID {
+            |f| &mut f.wg_tma_mid
+        } else {
+            |f| &mut f.wg_tma_wide
+        };
         if tuning.wg_wide_from.is_some()
-            && let Err(e) = grant_one(
-                &mut k,
-                |f| &mut f.wg_tma_wide,
-                wg_gemm_shared(MMA_GEMM_WIDE_TOKENS),
-            )
+            && let Err(e) = grant_one(&mut k, wide_kernel, wg_gemm_shared(wide_tokens))
         {
-            tracing::warn!(arch, "the wgmma GEMM's 192-token tiles cannot run ({e})");
+            tracing::warn!(
+                arch,
+                "the wgmma GEMM's {wide_tokens}-token tiles cannot run ({e})"
+            );
             tuning.wg_wide_from = None;
         }
         // Its rope epilogue: the same shared memory; where refused, rope_append runs.
@@ -2023,7 +2031,7 @@ impl CudaBackend {
         let split_plan = shape.split_plan();
         let units = shape.units(tiles);
         let blocks = match variant {
-            MMA_WGT | MMA_WGS | MMA_WGT_WIDE => {
+            MMA_WGT | MMA_WGS | MMA_WGT_WIDE | MMA_WGT_MID => {
                 wgs_blocks(units as usize, self.sms as usize, &self.tuning)
             }
             MMA_PERSIST.. => persistent_blocks(units as usize, self.sms as usize, &self.tuning),
@@ -2157,9 +2165,9 @@ impl CudaBackend {
 
     /// Whether a launch of `shape` over `k` columns runs the GEMM on wgmma (where it can run:
     /// K a multiple of 64; the same tiles and bits), which reads its inputs in its own order.
-    /// (`wgt192`, which `mma_launch` picks only where it runs, always does.)
+    /// (`wgt192` and `wgt144`, which `mma_launch` picks only where they run, always do.)
     fn wgmma_inputs(&self, shape: &MmaLaunch, k: usize) -> bool {
-        shape.variant == MMA_WGT_WIDE
+        matches!(shape.variant, MMA_WGT_WIDE | MMA_WGT_MID)
             || matches!(shape.variant, MMA_GEMM | MMA_GEMM_NARROW)
                 && self.tuning.wgmma
                 && k.is_multiple_of(64)

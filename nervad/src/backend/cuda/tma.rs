@@ -10,12 +10,12 @@ use cudarc::driver::sys;
 
 use super::driver::Args;
 use super::launch_shape::{
-    ATTN_TILE, MMA_GEMM_TOKENS, MMA_GEMM_WIDE_TOKENS, MMA_WGT, MMA_WGT_WIDE,
+    ATTN_TILE, MMA_GEMM_TOKENS, MMA_WGT, MMA_WGT_MID, MMA_WGT_WIDE, gemm_tile_tokens,
 };
 use crate::backend::BackendError;
 
-/// The two tensor maps a `wgt` or `wgt192` launch takes after the GEMM's arguments (`wmap`,
-/// `xmap`).
+/// The two tensor maps a `wgt`, `wgt192` or `wgt144` launch takes after the GEMM's arguments
+/// (`wmap`, `xmap`).
 #[derive(Clone, Copy)]
 pub struct GemmMaps {
     pub weights: sys::CUtensorMap,
@@ -29,8 +29,8 @@ const TILE_LINE: u64 = 128;
 const TILE_ELEMS: u64 = 16 * 64;
 
 impl GemmMaps {
-    /// The maps a launch of `MMA_VARIANTS[variant]` takes (`MMA_WGT`'s and `MMA_WGT_WIDE`'s, as
-    /// `new` with their tiles' tokens), none for the other variants.
+    /// The maps a launch of `MMA_VARIANTS[variant]` takes (`MMA_WGT`'s, `MMA_WGT_WIDE`'s and
+    /// `MMA_WGT_MID`'s, as `new` with their tiles' tokens), none for the other variants.
     pub fn for_variant(
         variant: usize,
         w: u64,
@@ -40,8 +40,10 @@ impl GemmMaps {
         tokens: usize,
     ) -> Result<Option<Self>, BackendError> {
         match variant {
-            MMA_WGT => Self::new(w, rows, k, xh, tokens, MMA_GEMM_TOKENS).map(Some),
-            MMA_WGT_WIDE => Self::new(w, rows, k, xh, tokens, MMA_GEMM_WIDE_TOKENS).map(Some),
+            MMA_WGT | MMA_WGT_WIDE | MMA_WGT_MID => {
+                let tile = gemm_tile_tokens(variant).unwrap_or(MMA_GEMM_TOKENS);
+                Self::new(w, rows, k, xh, tokens, tile).map(Some)
+            }
             _ => Ok(None),
         }
     }

@@ -135,6 +135,9 @@ pub struct KernelTuning {
     /// only (NVRTC 13.0, sm_90: 144–172 bytes spilled at the chain ends and in the epilogue,
     /// none in the group loop; 2026-12-07 thirty-eighth session).
     pub wg_wide_from: Option<usize>,
+    /// The wider tiles' tokens: 192 (`wgt192`), or 144 (`wgt144`: m64 × n144 wgmma, a quarter
+    /// fewer weight bytes per multiply than 128, in 4 stages; no spill).
+    pub wg_wide_tokens: usize,
     /// Whether the wgmma GEMM's 64-token tiles (decode batches of 32–64) run persistent
     /// (`mma_*_wg64s`): one block per SM (at most `wg_stream_blocks` where that is not 0), each
     /// taking an even share of the launch's chains (whole tiles, then the leftover tiles'
@@ -316,6 +319,7 @@ impl Default for KernelTuning {
             wg_specialized: false,
             wg_tma: true,
             wg_wide_from: None,
+            wg_wide_tokens: 192,
             wg_stream: WgStream::Off,
             weight_ring: RingUse::Off,
             weight_ring_deep: RingUse::BelowOneWave,
@@ -360,6 +364,7 @@ impl KernelTuning {
             wg_specialized: false,
             wg_tma: false,
             wg_wide_from: None,
+            wg_wide_tokens: 192,
             wg_stream: WgStream::Off,
             weight_ring: RingUse::Off,
             weight_ring_deep: RingUse::Off,
@@ -385,6 +390,7 @@ impl KernelTuning {
     /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=<0 off, 1 always, 2 below one wave>`,
     /// `NERVA_MMA_RING_DEEP=<the same>`, `NERVA_CARVEOUT=<percent>`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_WIDE=<tokens>`,
+    /// `NERVA_WG_WIDE_TOKENS=<144 or 192>`,
     /// `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and `NERVA_WG_STREAM_BLOCKS=<blocks>`, `NERVA_ROPE_EPILOGUE=1`, `NERVA_MMA_PERSISTENT=1`,
     /// `NERVA_MMA_PERSISTENT_BLOCKS=<blocks>` and `NERVA_NORM_SUMS=<columns>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
@@ -457,6 +463,14 @@ impl KernelTuning {
             wg_specialized: var("NERVA_WG_SPECIALIZED").map_or(d.wg_specialized, |v| v != 0),
             wg_tma: var("NERVA_WG_TMA").map_or(d.wg_tma, |v| v != 0),
             wg_wide_from: from("NERVA_WG_WIDE", d.wg_wide_from),
+            wg_wide_tokens: match var("NERVA_WG_WIDE_TOKENS") {
+                Some(n @ (144 | 192)) => n,
+                Some(n) => {
+                    tracing::warn!("NERVA_WG_WIDE_TOKENS={n} is not 144 or 192: ignored");
+                    d.wg_wide_tokens
+                }
+                None => d.wg_wide_tokens,
+            },
             wg_stream: match var("NERVA_WG_STREAM") {
                 Some(0) => WgStream::Off,
                 Some(1) => WgStream::Auto,

@@ -1864,7 +1864,7 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 // per thread (the consumer warpgroups take 240 registers, the one-thread producer 24), 3 stages
 // of 40 KiB (the pair-opening chains' 96 KiB take the rest), per multiply a third fewer weight
 // bytes staged and A fragments loaded than on 128-token tiles; or 144 (`wgt144`): 72 and 72
-// per thread, 4 stages of 34 KiB, a quarter fewer. Same chains, order and epilogue: the same
+// per thread, 4 stages of 34 KiB, a ninth fewer. Same chains, order and epilogue: the same
 // bits, as each token's sums are wgmma steps of the same operands whatever the step's N (as the
 // n64 half tiles gave; the GPU bit-identity test runs both, not yet on a GPU: 2026-12-07).
 #define MMA_WGT_ENTRY(NAME, W, EPI, BN)                                                    \

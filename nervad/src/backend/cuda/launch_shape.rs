@@ -114,7 +114,7 @@ pub const MMA_PERSIST: usize = 19;
 /// and 96 sums per thread leave no room for more). Launched where
 /// `KernelTuning::wg_wide_from` asks for it (`mma_launch`).
 pub const MMA_WGT_WIDE: usize = 21;
-/// Index in `MMA_VARIANTS` of `wgt` on 144-token tiles (`wgt144`): a quarter fewer weight bytes
+/// Index in `MMA_VARIANTS` of `wgt` on 144-token tiles (`wgt144`): a ninth fewer weight bytes
 /// staged per multiply than on 128-token tiles, in 4 stages. Launched instead of `wgt192` where
 /// `KernelTuning::wg_wide_tokens` is 144.
 pub const MMA_WGT_MID: usize = 22;

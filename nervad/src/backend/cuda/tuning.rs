@@ -135,7 +135,7 @@ pub struct KernelTuning {
     /// only (NVRTC 13.0, sm_90: 144–172 bytes spilled at the chain ends and in the epilogue,
     /// none in the group loop; 2026-12-07 thirty-eighth session).
     pub wg_wide_from: Option<usize>,
-    /// The wider tiles' tokens: 192 (`wgt192`), or 144 (`wgt144`: m64 × n144 wgmma, a quarter
+    /// The wider tiles' tokens: 192 (`wgt192`), or 144 (`wgt144`: m64 × n144 wgmma, a ninth
     /// fewer weight bytes per multiply than 128, in 4 stages; no spill).
     pub wg_wide_tokens: usize,
     /// Whether the wgmma GEMM's 64-token tiles (decode batches of 32–64) run persistent

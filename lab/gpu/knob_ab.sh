@@ -11,8 +11,11 @@
 #   4. one prompt's prefill alone, A B (DAB_PREFILL tokens, default 2048; empty skips it);
 #   5. issue 8's 64 streams (512-token prompts, 256 new tokens), A B A B while the elapsed time
 #      is under DAB_BUDGET seconds (default 420).
-# `.gpu/kcache.tgz`, when present, seeds the kernel cache (`nervad compile-kernels --arch 90
-# --cache-dir .gpu/kcache` on the dev machine, once plain and once with any defines).
+# The logs go to /tmp/knob_ab/NAME and come back as $OUT/NAME.tgz only (the device returns at most
+# 8 files). `.gpu/bins.tgz`, when present, is unpacked into .gpu first (the binaries gzipped keep
+# the carried tree under 64 MiB). `.gpu/kcache.tgz`, when present, seeds the kernel cache
+# (`nervad compile-kernels --arch 90 --cache-dir .gpu/kcache` on the dev machine, once plain and
+# once with any defines).
 set -u
 name=$1; shift
 knobs=("$@")
@@ -21,8 +24,9 @@ for a in "${knobs[@]}"; do unset_knobs+=(-u "${a%%=*}"); done
 export NERVA_CUDA_INCLUDE=${NERVA_CUDA_INCLUDE:-/usr/local/cuda/include}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/nerva-cache}
-O=$OUT/$name; mkdir -p "$O"
+O=/tmp/knob_ab/$name; mkdir -p "$O"
 T0=$(date +%s)
+[ -f .gpu/bins.tgz ] && tar xzf .gpu/bins.tgz -C .gpu
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv > "$O/gpu.txt"
 if [ -f .gpu/kcache.tgz ] && [ ! -d "$XDG_CACHE_HOME/nerva/kernels" ]; then
   mkdir -p "$XDG_CACHE_HOME/nerva" && tar xzf .gpu/kcache.tgz -C "$XDG_CACHE_HOME/nerva" &&
@@ -95,6 +99,6 @@ for r in 1 2; do
   done
 done
 
-tar czf "$OUT/$name.tgz" -C "$OUT" "$name"
+tar czf "$OUT/$name.tgz" -C /tmp/knob_ab "$name"
 echo "===== summary (B: ${knobs[*]}, $(elapsed) s)"
 cat "$O/gpu.txt" "$O/times.txt"

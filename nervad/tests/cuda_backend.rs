@@ -496,7 +496,9 @@ fn blas_projections_stay_within_the_parity_bound() {
 /// by the variants' prefill launches, feeds those logits).
 #[test]
 fn kernel_variants_give_identical_bits() {
-    use nervad::backend::cuda::{CudaBackend, GemmSplit, KernelTuning, RingUse, WgStream};
+    use nervad::backend::cuda::{
+        CudaBackend, GemmSplit, KernelTuning, RingUse, WgStream, WideTiles,
+    };
     use nervad::backend::{Backend, BackendOptions, SeqStep, StepOutput};
     let Some(cuda) = device() else { return };
     // TinyLlama: an untied LM head and an intermediate size (160) that is no multiple of the
@@ -781,6 +783,7 @@ fn kernel_variants_give_identical_bits() {
                     gemm_split: GemmSplit::Fixed(4),
                     wg_tma: true,
                     wg_wide_from: Some(9),
+                    wg_wide_tiles: WideTiles::Wide,
                     ..KernelTuning::default()
                 },
             ),
@@ -794,7 +797,7 @@ fn kernel_variants_give_identical_bits() {
                     gemm_split: GemmSplit::Fixed(8),
                     wg_tma: true,
                     wg_wide_from: Some(9),
-                    wg_wide_tokens: 144,
+                    wg_wide_tiles: WideTiles::Mid,
                     ..KernelTuning::default()
                 },
             ),
@@ -808,6 +811,7 @@ fn kernel_variants_give_identical_bits() {
                     gemm_split: GemmSplit::Fixed(1),
                     wg_tma: true,
                     wg_wide_from: Some(9),
+                    wg_wide_tiles: WideTiles::Wide,
                     wg_persistent: true,
                     wg_persistent_blocks: 3,
                     ..KernelTuning::default()

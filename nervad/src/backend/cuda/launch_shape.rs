@@ -2,7 +2,7 @@
 //! (`mma_launch`, `to_half_grid`), and the attention kernels' shapes and shared memory. Every
 //! constant here mirrors one in `kernels/` (named beside it); none changes a result's bits.
 
-use super::tuning::{GemmSplit, KernelTuning, WgStream};
+use super::tuning::{GemmSplit, KernelTuning, WgStream, WideTiles};
 
 /// Query tokens' attention span is cut into this many partial blocks per kv head (fixed, so
 /// results never depend on the batch).
@@ -407,9 +407,17 @@ const GEMM_BLOCK_US: [(usize, f64, f64, f64); 2] = [
 /// against 80.7). It ranks them as measured from 192 tokens on (H100, 2026-12-07 thirty-seventh
 /// session, 128–1,024 tokens); below, the decode batches' launches read their weights from
 /// memory once, and the mma.sync fit ranks them as measured.
-const GEMM_WG_PROMPT_BLOCK_US: [(usize, f64, f64, f64); 2] = [
+/// The 144- and 192-token tiles (`wgt144`, `wgt192`) cost 1.13× and 1.53× a 128-token tile's
+/// block (H100, 2026-12-08 thirty-ninth session, qwen3-8b's projections at 192–2,048 tokens:
+/// per wave at K = 4,096 ~43.4 µs on 144 and ~60–62 on 192 against ~37.6–40.2 on 128), no
+/// cheaper per token: they win only by fitting the tokens and the waves better. Priced so, the
+/// four projections at 192, 320, 576, 640, 1,088 and 2,048 tokens took 4,647 µs in all where
+/// the fastest tile of each took 4,617 and 128- and 64-token tiles alone 4,809.
+const GEMM_WG_PROMPT_BLOCK_US: [(usize, f64, f64, f64); 4] = [
     (MMA_GEMM_TOKENS, 0.00834, 7.3, 12.0),
     (MMA_GEMM_NARROW_TOKENS, 0.0065, 3.9, 12.0),
+    (MMA_GEMM_MID_TOKENS, 0.00834 * 1.13, 7.3 * 1.13, 12.0),
+    (MMA_GEMM_WIDE_TOKENS, 0.00834 * 1.53, 7.3 * 1.53, 12.0),
 ];
 
 /// The grid of a to_half launch over `m` token rows of `k` columns on `sms` multiprocessors:
@@ -435,7 +443,7 @@ fn gemm_cost(
     (splits, whole): (usize, usize),
     prompt_fit: bool,
 ) -> f64 {
-    let table = if prompt_fit {
+    let table: &[(usize, f64, f64, f64)] = if prompt_fit {
         &GEMM_WG_PROMPT_BLOCK_US
     } else {
         &GEMM_BLOCK_US
@@ -524,23 +532,23 @@ pub fn prompt_fit(t: usize, k: usize, tuning: &KernelTuning) -> bool {
     tuning.wgmma && k.is_multiple_of(64) && t >= tuning.gemm_prompt_fit_from
 }
 
-/// Whether a GEMM launch of `t` tokens over `k` columns takes `wide_form`'s wider tiles rather
-/// than 128-token ones: from `KernelTuning::wg_wide_from` tokens where `wgt` runs it (tensor
-/// copies on wgmma, `k` a multiple of 64).
-pub fn wide_tiles(t: usize, k: usize, tuning: &KernelTuning) -> bool {
-    tuning.wg_wide_from.is_some_and(|from| t >= from)
+/// The wider tiles a GEMM launch of `t` tokens over `k` columns may take instead of 128-token
+/// ones, as (variant, tokens per tile): from `KernelTuning::wg_wide_from` tokens where `wgt`
+/// runs it (tensor copies on wgmma, `k` a multiple of 64), both to be priced (`mma_launch`)
+/// where the prompt fit prices the launch, else none; or the one `wg_wide_tiles` names.
+pub fn wide_forms(t: usize, k: usize, tuning: &KernelTuning) -> &'static [(usize, usize)] {
+    const MID: (usize, usize) = (MMA_WGT_MID, MMA_GEMM_MID_TOKENS);
+    const WIDE: (usize, usize) = (MMA_WGT_WIDE, MMA_GEMM_WIDE_TOKENS);
+    let runs = tuning.wg_wide_from.is_some_and(|from| t >= from)
         && tuning.wgmma
         && tuning.wg_tma
-        && k.is_multiple_of(64)
-}
-
-/// The wider tiles `wide_tiles` launches: `wgt144` where `KernelTuning::wg_wide_tokens` is 144,
-/// else `wgt192`, with their tokens per tile.
-pub fn wide_form(tuning: &KernelTuning) -> (usize, usize) {
-    if tuning.wg_wide_tokens == MMA_GEMM_MID_TOKENS {
-        (MMA_WGT_MID, MMA_GEMM_MID_TOKENS)
-    } else {
-        (MMA_WGT_WIDE, MMA_GEMM_WIDE_TOKENS)
+        && k.is_multiple_of(64);
+    match tuning.wg_wide_tiles {
+        _ if !runs => &[],
+        WideTiles::Priced if prompt_fit(t, k, tuning) => &[MID, WIDE],
+        WideTiles::Priced => &[],
+        WideTiles::Mid => &[MID],
+        WideTiles::Wide => &[WIDE],
     }
 }
 
@@ -576,9 +584,9 @@ pub fn prepared_inputs(t: usize, tuning: &KernelTuning) -> bool {
 /// takes every launch (below 128 tokens only where `k` reaches `gemm_min_k`): blocks of 128 rows
 /// and 128 tokens, or 64 with `gemm_narrow`, each tile's
 /// chains in 1, 4 or 8 blocks, or the last partial wave's only (`gemm_plan`), whichever
-/// `gemm_cost` ranks cheapest for the `r` × `k` matrix; the 128-token tiles on 192 or 144
-/// instead (`wide_form`) where `wide_tiles` holds, their chains split as `gemm_plan` plans them
-/// (priced by the 128-token fit: no fit of the wider tiles is measured yet).
+/// `gemm_cost` ranks cheapest for the `r` × `k` matrix; where `wide_forms` offers them, 144-
+/// or 192-token tiles instead of 128 where `gemm_cost` ranks them cheaper (or always, where
+/// `KernelTuning::wg_wide_tiles` forces one), their chains split as `gemm_plan` plans them.
 pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTuning) -> MmaLaunch {
     let (variant, rows) = mma_variant(t);
     let prepared = prepared_inputs(t, tuning);
@@ -601,15 +609,18 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
             let cost = gemm_cost(t, (r, k), sms, tile, (splits as usize, whole as usize), fit);
             (variant, tile, cost)
         };
-        let wide = shape(MMA_GEMM, MMA_GEMM_TOKENS);
+        let whole = shape(MMA_GEMM, MMA_GEMM_TOKENS);
         let narrow = shape(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS);
-        let (variant, tile, _) = if tuning.gemm_narrow && narrow.2 < wide.2 {
+        // The wider tiles: the cheapest where priced, the one asked for where forced.
+        let forced = tuning.wg_wide_tiles != WideTiles::Priced;
+        let widest = wide_forms(t, k, tuning)
+            .iter()
+            .map(|&(variant, tile)| shape(variant, tile))
+            .fold(whole, |a, b| if forced || b.2 < a.2 { b } else { a });
+        let (variant, tile, _) = if tuning.gemm_narrow && narrow.2 < whole.2.min(widest.2) {
             narrow
-        } else if wide_tiles(t, k, tuning) {
-            let (variant, tile) = wide_form(tuning);
-            (variant, tile, wide.2)
         } else {
-            wide
+            widest
         };
         let (splits, whole) = gemm_plan(
             t,
@@ -851,12 +862,7 @@ mod tests {
         // (tile tokens, splits) the default picks for qwen3-8b's projections.
         let shape = |t, r, k| {
             let l = mma_launch(t, r, k, SMS, &d);
-            let tile = if l.variant == MMA_GEMM_NARROW {
-                MMA_GEMM_NARROW_TOKENS
-            } else {
-                assert_eq!(l.variant, MMA_GEMM);
-                MMA_GEMM_TOKENS
-            };
+            let tile = gemm_tile_tokens(l.variant).expect("a GEMM launch");
             assert_eq!(l.token_tiles as usize, t.div_ceil(tile));
             (tile, l.splits)
         };
@@ -875,10 +881,15 @@ mod tests {
         // 256 tokens: o 71 (64-token tiles unsplit) vs 109 (128 in 4 blocks).
         assert_eq!(shape(256, o.0, o.1), (64, 1));
         // 192–448 tokens, priced by the wgmma prompt fit (H100, 2026-12-07, µs): gate|up at
-        // 192 on 128-token tiles 140 vs 153 on 64, at 320 202 vs 245; down at 320 90 vs 116;
-        // q|k|v at 448 77 vs 97; o and down at 192–256 stay on 64 (35 vs 41, 84 vs 104).
+        // 192 on 128-token tiles 140 vs 153 on 64; down at 320 90 vs 116; q|k|v at 448 77 vs
+        // 97; o and down at 192–256 stay on 64 (35 vs 41, 84 vs 104). With the wider tiles
+        // (H100, 2026-12-08): gate|up at 320 on two 192-token tiles, 187 vs 201 on 2.5 of 128;
+        // o, gate|up and down at 576 on four of 144 (52 vs 71, 260 vs 310, 114 vs 144).
         assert_eq!(shape(192, gate_up.0, gate_up.1), (128, 1));
-        assert_eq!(shape(320, gate_up.0, gate_up.1), (128, 1));
+        assert_eq!(shape(320, gate_up.0, gate_up.1), (192, 1));
+        for (r, k) in [o, gate_up, down] {
+            assert_eq!(shape(576, r, k), (144, 1));
+        }
         assert_eq!(shape(320, down.0, down.1), (128, 1));
         assert_eq!(shape(448, qkv.0, qkv.1), (128, 1));
         assert_eq!(shape(192, o.0, o.1), (64, 1));
@@ -896,7 +907,11 @@ mod tests {
 
     #[test]
     fn only_the_last_partial_wave_splits_where_that_saves_most() {
-        let d = KernelTuning::default();
+        // On 128-token tiles (the wider ones, where priced cheaper, fit 576 tokens in one wave).
+        let d = KernelTuning {
+            wg_wide_from: None,
+            ..KernelTuning::default()
+        };
         let (o, down, gate_up) = ((4096, 4096), (4096, 12_288), (24_576, 4096));
         let launch = |t, (r, k): (usize, usize), tuning: &KernelTuning| {
             let l = mma_launch(t, r, k, SMS, tuning);
@@ -1258,59 +1273,79 @@ mod tests {
         assert_eq!(gemm_tile_tokens(MMA_HALF), None);
         assert_eq!(gemm_tile_tokens(MMA_PERSIST), None);
         let d = KernelTuning::default();
-        assert_eq!(d.wg_wide_from, None);
-        let wide = KernelTuning {
-            wg_wide_from: Some(256),
+        assert_eq!(
+            (d.wg_wide_from, d.wg_wide_tiles),
+            (Some(192), WideTiles::Priced)
+        );
+        // Priced (the default): qwen3-8b's o, gate|up and down at 576 tokens (a 512-token chunk
+        // beside 64 decode tokens) on four 144-token tiles per row block instead of 4.5 of 128;
+        // its q|k|v there (two waves either way), and every projection at 2,048 tokens (16 ×
+        // 128), on 128; gate|up at 320 tokens on two 192-token tiles instead of 2.5 of 128.
+        for (r, k) in [(4096, 4096), (24_576, 4096), (4096, 12_288)] {
+            let l = mma_launch(576, r, k, SMS, &d);
+            assert_eq!((l.variant, l.token_tiles, l.rows), (MMA_WGT_MID, 4, 128));
+        }
+        assert_eq!(mma_launch(576, 6144, 4096, SMS, &d).variant, MMA_GEMM);
+        for (r, k) in [(6144, 4096), (4096, 4096), (24_576, 4096), (4096, 12_288)] {
+            assert_eq!(mma_launch(2048, r, k, SMS, &d).variant, MMA_GEMM);
+        }
+        let l = mma_launch(320, 24_576, 4096, SMS, &d);
+        assert_eq!((l.variant, l.token_tiles), (MMA_WGT_WIDE, 2));
+        // Below the prompt fit, none.
+        let off = KernelTuning {
+            wg_wide_from: None,
             ..d
         };
-        // qwen3-8b's down at 576 tokens (a 512-token chunk beside 64 decode tokens): three
-        // 192-token tiles per row block instead of 4.5 of 128; its form is itself.
+        assert!(wide_forms(191, 4096, &d).is_empty());
+        assert_eq!(wide_forms(192, 4096, &d).len(), 2);
+        // Forced where asked (the A/Bs; the bit-identity test from 9 tokens).
+        let wide = KernelTuning {
+            wg_wide_from: Some(256),
+            wg_wide_tiles: WideTiles::Wide,
+            ..d
+        };
         let l = mma_launch(576, 4096, 12_288, SMS, &wide);
         assert_eq!((l.variant, l.token_tiles, l.rows), (MMA_WGT_WIDE, 3, 128));
         assert_eq!(gemm_form(l.variant, true, &wide), MMA_WGT_WIDE);
-        assert_eq!(
-            mma_launch(576, 4096, 12_288, SMS, &d).variant,
-            MMA_GEMM,
-            "off by default"
-        );
-        // On 144-token tiles where asked: 576 tokens are 4 of them.
         let mid = KernelTuning {
-            wg_wide_tokens: 144,
+            wg_wide_tiles: WideTiles::Mid,
             ..wide
         };
-        let l = mma_launch(576, 4096, 12_288, SMS, &mid);
+        let l = mma_launch(576, 6144, 4096, SMS, &mid);
         assert_eq!((l.variant, l.token_tiles), (MMA_WGT_MID, 4));
-        assert_eq!(wide_form(&mid), (MMA_WGT_MID, 144));
-        assert_eq!(wide_form(&wide), (MMA_WGT_WIDE, 192));
+        assert_eq!(wide_forms(576, 4096, &mid), [(MMA_WGT_MID, 144)]);
+        assert_eq!(wide_forms(576, 4096, &wide), [(MMA_WGT_WIDE, 192)]);
         // Below the threshold, without the tensor copies or wgmma, or K not a multiple of 64:
-        // what the defaults pick.
+        // what the launch takes without them.
         assert_eq!(
             mma_launch(255, 4096, 12_288, SMS, &wide),
-            mma_launch(255, 4096, 12_288, SMS, &d)
+            mma_launch(255, 4096, 12_288, SMS, &off)
         );
-        for off in [
-            KernelTuning {
-                wg_tma: false,
-                ..wide
-            },
-            KernelTuning {
-                wgmma: false,
-                ..wide
-            },
-        ] {
-            let plain = KernelTuning {
-                wg_wide_from: None,
-                ..off
-            };
-            let l = mma_launch(576, 4096, 12_288, SMS, &off);
-            assert_eq!(l, mma_launch(576, 4096, 12_288, SMS, &plain));
-            assert_ne!(l.variant, MMA_WGT_WIDE);
+        for asked in [wide, d] {
+            for no in [
+                KernelTuning {
+                    wg_tma: false,
+                    ..asked
+                },
+                KernelTuning {
+                    wgmma: false,
+                    ..asked
+                },
+            ] {
+                let plain = KernelTuning {
+                    wg_wide_from: None,
+                    ..no
+                };
+                let l = mma_launch(576, 4096, 12_288, SMS, &no);
+                assert_eq!(l, mma_launch(576, 4096, 12_288, SMS, &plain));
+                assert!(!matches!(l.variant, MMA_WGT_WIDE | MMA_WGT_MID));
+            }
+            assert_eq!(
+                mma_launch(576, 4096, 4100, SMS, &asked),
+                mma_launch(576, 4096, 4100, SMS, &off)
+            );
+            assert!(wide_forms(576, 4100, &asked).is_empty());
         }
-        assert_eq!(
-            mma_launch(576, 4096, 4100, SMS, &wide),
-            mma_launch(576, 4096, 4100, SMS, &d)
-        );
-        assert!(wide_tiles(256, 4096, &wide) && !wide_tiles(256, 4100, &wide));
         // Their split blocks' 96 KiB (72 KiB) partials stay within the workspace of 8 × 64 KiB
         // per SM: every plan, over the token counts and matrices a step meets.
         for (t, tile) in [9, 64, 200, 576, 1024, 2048]

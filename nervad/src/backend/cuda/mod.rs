@@ -53,10 +53,10 @@ pub use launch_shape::{
     MMA_WGS_THREADS, MMA_WGT, MMA_WGT_MID, MMA_WGT_WIDE, MmaLaunch, WG_STREAM_SHARED, gemm_form,
     gemm_plan, gemm_tile_tokens, mma_gemm_shared, mma_launch, mma_threads, mma_variant,
     one_tile_form, persistent_blocks, persistent_variant, prompt_fit, ring_carveout, ring_variant,
-    to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks, wide_form, wide_tiles,
+    to_half_grid, wg_gemm_shared, wg_stream_launch, wgs_blocks,
 };
 pub use tma::GemmMaps;
-pub use tuning::{GemmSplit, KernelTuning, RingUse, WgStream};
+pub use tuning::{GemmSplit, KernelTuning, RingUse, WgStream, WideTiles};
 
 /// Must match `kernels/attention.cu`.
 const ATTN_MAX_GROUP: usize = 8;
@@ -563,7 +563,7 @@ struct MmaFamily {
     wg_specialized: Kernel,
     /// The same staged by tensor copies (tiled weights; two tensor maps per launch).
     wg_tma: Kernel,
-    /// The same on 192- and 144-token tiles (`KernelTuning::wg_wide_from`, `wg_wide_tokens`).
+    /// The same on 192- and 144-token tiles (`KernelTuning::wg_wide_from`, `wg_wide_tiles`).
     wg_tma_wide: Kernel,
     wg_tma_mid: Kernel,
     /// The 64-token wgmma GEMM, persistent (one block per SM sharing the launch's tiles).
@@ -1620,25 +1620,36 @@ impl CudaBackend {
             tracing::warn!(arch, "the wgmma GEMM with tensor copies cannot run ({e})");
             tuning.wg_tma = false;
         }
-        // Its wider tiles (where asked): their own shared memory; where refused, the 128-token
-        // tiles run those launches.
+        // Its wider tiles: their own shared memory; where either is refused, the 128-token
+        // tiles run every launch.
         if !tuning.wg_tma {
             tuning.wg_wide_from = None;
         }
-        let (wide_variant, wide_tokens) = wide_form(&tuning);
-        let wide_kernel: fn(&mut MmaFamily) -> &mut Kernel = if wide_variant == MMA_WGT_MID {
-            |f| &mut f.wg_tma_mid
-        } else {
-            |f| &mut f.wg_tma_wide
-        };
-        if tuning.wg_wide_from.is_some()
-            && let Err(e) = grant_one(&mut k, wide_kernel, wg_gemm_shared(wide_tokens))
-        {
-            tracing::warn!(
-                arch,
-                "the wgmma GEMM's {wide_tokens}-token tiles cannot run ({e})"
-            );
-            tuning.wg_wide_from = None;
+        let mid: fn(&mut MmaFamily) -> &mut Kernel = |f| &mut f.wg_tma_mid;
+        let wide: fn(&mut MmaFamily) -> &mut Kernel = |f| &mut f.wg_tma_wide;
+        let wide_kernels = [
+            (
+                MMA_GEMM_MID_TOKENS,
+                tuning.wg_wide_tiles != WideTiles::Wide,
+                mid,
+            ),
+            (
+                MMA_GEMM_WIDE_TOKENS,
+                tuning.wg_wide_tiles != WideTiles::Mid,
+                wide,
+            ),
+        ];
+        for (tokens, used, kernel) in wide_kernels {
+            if used
+                && tuning.wg_wide_from.is_some()
+                && let Err(e) = grant_one(&mut k, kernel, wg_gemm_shared(tokens))
+            {
+                tracing::warn!(
+                    arch,
+                    "the wgmma GEMM's {tokens}-token tiles cannot run ({e})"
+                );
+                tuning.wg_wide_from = None;
+            }
         }
         // Its rope epilogue: the same shared memory; where refused, rope_append runs.
         tuning.rope_epilogue &= tuning.wg_tma && matches!(config.head_dim, 64 | 128);

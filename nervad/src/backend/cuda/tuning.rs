@@ -129,15 +129,16 @@ pub struct KernelTuning {
     /// 10–13% per 512- to 2,048-token prompt; on 64-token tiles it was no faster than `wg64`,
     /// so those stay on `wg64`.
     pub wg_tma: bool,
-    /// From this many tokens the GEMM launches `wgt` would run take 192-token tiles instead
-    /// (`mma_*_wgt192`: m64 × n192 wgmma, a third fewer weight bytes staged and A fragments
-    /// loaded per multiply, 3 stages instead of 5; the same bits). Off until measured: compiled
-    /// only (NVRTC 13.0, sm_90: 144–172 bytes spilled at the chain ends and in the epilogue,
-    /// none in the group loop; 2026-12-07 thirty-eighth session).
+    /// From this many tokens (and `gemm_prompt_fit_from`) the GEMM launches `wgt` would run may
+    /// take wider tiles (`wg_wide_tiles`): `wgt144` (m64 × n144 wgmma, 4 stages) and `wgt192`
+    /// (m64 × n192, 3 stages), the same bits. Wider tiles stage no fewer bytes per token; they
+    /// win where the token count fits them better (576 = 4 × 144 tokens, not 4.5 × 128) and
+    /// their tiles fill the SMs' waves better (2026-12-08 thirty-ninth session, H100, qwen3-8b:
+    /// o, gate|up and down at 576 tokens 16–27% faster on 144-token tiles, a 64 + 512-token
+    /// mixed step 27.0 → 22.6 ms; at 2,048 tokens they lose).
     pub wg_wide_from: Option<usize>,
-    /// The wider tiles' tokens: 192 (`wgt192`), or 144 (`wgt144`: m64 × n144 wgmma, a ninth
-    /// fewer weight bytes per multiply than 128, in 4 stages; no spill).
-    pub wg_wide_tokens: usize,
+    /// Which wider tiles `wg_wide_from` lets a launch take.
+    pub wg_wide_tiles: WideTiles,
     /// Whether the wgmma GEMM's 64-token tiles (decode batches of 32–64) run persistent
     /// (`mma_*_wg64s`): one block per SM (at most `wg_stream_blocks` where that is not 0), each
     /// taking an even share of the launch's chains (whole tiles, then the leftover tiles'
@@ -262,6 +263,17 @@ impl RingUse {
     }
 }
 
+/// The wider tiles of the wgmma GEMM's prompt launches (`KernelTuning::wg_wide_tiles`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WideTiles {
+    /// Per launch, 128-, 144- or 192-token tiles, whichever `gemm_cost` prices cheapest.
+    Priced,
+    /// Always 144-token tiles (`wgt144`): for the A/Bs and the bit-identity test.
+    Mid,
+    /// Always 192-token tiles (`wgt192`): the same.
+    Wide,
+}
+
 /// Chain splits of the fixed-order GEMM: blocks per 128-row × tile-token tile, each running a
 /// share of the eight k-chains, merged in the one fixed order by the last to finish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,8 +330,8 @@ impl Default for KernelTuning {
             wgmma: true,
             wg_specialized: false,
             wg_tma: true,
-            wg_wide_from: None,
-            wg_wide_tokens: 192,
+            wg_wide_from: Some(192),
+            wg_wide_tiles: WideTiles::Priced,
             wg_stream: WgStream::Off,
             weight_ring: RingUse::Off,
             weight_ring_deep: RingUse::BelowOneWave,
@@ -364,7 +376,7 @@ impl KernelTuning {
             wg_specialized: false,
             wg_tma: false,
             wg_wide_from: None,
-            wg_wide_tokens: 192,
+            wg_wide_tiles: WideTiles::Priced,
             wg_stream: WgStream::Off,
             weight_ring: RingUse::Off,
             weight_ring_deep: RingUse::Off,
@@ -390,7 +402,7 @@ impl KernelTuning {
     /// `NERVA_WGMMA=1`, `NERVA_MMA_RING=<0 off, 1 always, 2 below one wave>`,
     /// `NERVA_MMA_RING_DEEP=<the same>`, `NERVA_CARVEOUT=<percent>`,
     /// `NERVA_WG_SPECIALIZED=1`, `NERVA_WG_TMA=1`, `NERVA_WG_WIDE=<tokens>`,
-    /// `NERVA_WG_WIDE_TOKENS=<144 or 192>`,
+    /// `NERVA_WG_WIDE_TILES=<0 priced, 144 or 192 always>`,
     /// `NERVA_WG_STREAM=<0 off, 1 auto, 2 always>` and `NERVA_WG_STREAM_BLOCKS=<blocks>`, `NERVA_ROPE_EPILOGUE=1`, `NERVA_MMA_PERSISTENT=1`,
     /// `NERVA_MMA_PERSISTENT_BLOCKS=<blocks>` and `NERVA_NORM_SUMS=<columns>` applied (`0` turns a variant off;
     /// `NERVA_KERNEL_BASELINE=1` starts from `baseline` instead of the defaults).
@@ -463,13 +475,15 @@ impl KernelTuning {
             wg_specialized: var("NERVA_WG_SPECIALIZED").map_or(d.wg_specialized, |v| v != 0),
             wg_tma: var("NERVA_WG_TMA").map_or(d.wg_tma, |v| v != 0),
             wg_wide_from: from("NERVA_WG_WIDE", d.wg_wide_from),
-            wg_wide_tokens: match var("NERVA_WG_WIDE_TOKENS") {
-                Some(n @ (144 | 192)) => n,
+            wg_wide_tiles: match var("NERVA_WG_WIDE_TILES") {
+                Some(0) => WideTiles::Priced,
+                Some(144) => WideTiles::Mid,
+                Some(192) => WideTiles::Wide,
                 Some(n) => {
-                    tracing::warn!("NERVA_WG_WIDE_TOKENS={n} is not 144 or 192: ignored");
-                    d.wg_wide_tokens
+                    tracing::warn!("NERVA_WG_WIDE_TILES={n} is not 0, 144 or 192: ignored");
+                    d.wg_wide_tiles
                 }
-                None => d.wg_wide_tokens,
+                None => d.wg_wide_tiles,
             },
             wg_stream: match var("NERVA_WG_STREAM") {
                 Some(0) => WgStream::Off,

@@ -990,8 +990,9 @@ __device__ __forceinline__ void mma_gemm_body(const W* __restrict__ w, const flo
 // the chains and the epilogue: a branch inside the group loop measured 4% slower steps
 // (2026-12-07, thirty-seventh session), one per chain spilled 144-184 bytes of the sums. Not in
 // the opt-in rope epilogue's kernel, where the second copy spilled 350-850 bytes (q|k|v's
-// default launch stores plainly and has it). With it off the kernels' SASS is main's. Off by
-// default until measured.
+// default launch stores plainly and has it). With it off the kernels' SASS is main's. Measured
+// and left off (2026-12-08, thirty-ninth session, H100: bit-identical, but mixed steps of 64
+// decode tokens and a 256- or 512-token chunk 1-2% slower, q|k|v at 320 tokens 66 -> 78 us).
 #ifndef WG_HALF_TILE
 #define WG_HALF_TILE 0
 #endif
@@ -1865,8 +1866,9 @@ __device__ __forceinline__ void wgs_gemm_body(const W* __restrict__ w,
 // of 40 KiB (the pair-opening chains' 96 KiB take the rest), per multiply a third fewer weight
 // bytes staged and A fragments loaded than on 128-token tiles; or 144 (`wgt144`): 72 and 72
 // per thread, 4 stages of 34 KiB, a ninth fewer. Same chains, order and epilogue: the same
-// bits, as each token's sums are wgmma steps of the same operands whatever the step's N (as the
-// n64 half tiles gave; the GPU bit-identity test runs both, not yet on a GPU: 2026-12-07).
+// bits, as each token's sums are wgmma steps of the same operands whatever the step's N (the
+// GPU bit-identity test runs both: passed on an H100, 2026-12-08). The host prices the three
+// widths per launch (launch_shape.rs, `mma_launch`).
 #define MMA_WGT_ENTRY(NAME, W, EPI, BN)                                                    \
     extern "C" __global__ void __launch_bounds__(WGS_THREADS, 1)                               \
         NAME(MMA_GEMM_PARAMS(W), const __grid_constant__ TmaMap wmap,                         \

@@ -533,9 +533,9 @@ pub fn prompt_fit(t: usize, k: usize, tuning: &KernelTuning) -> bool {
 }
 
 /// The wider tiles a GEMM launch of `t` tokens over `k` columns may take instead of 128-token
-/// ones, as (variant, tokens per tile): from `KernelTuning::wg_wide_from` tokens where `wgt`
-/// runs it (tensor copies on wgmma, `k` a multiple of 64), both to be priced (`mma_launch`)
-/// where the prompt fit prices the launch, else none; or the one `wg_wide_tiles` names.
+/// ones, as (variant, tokens per tile), from `KernelTuning::wg_wide_from` tokens where `wgt`
+/// runs it (tensor copies on wgmma, `k` a multiple of 64): the one `wg_wide_tiles` forces, else
+/// both for `mma_launch` to price where the prompt fit prices the launch (none below it).
 pub fn wide_forms(t: usize, k: usize, tuning: &KernelTuning) -> &'static [(usize, usize)] {
     const MID: (usize, usize) = (MMA_WGT_MID, MMA_GEMM_MID_TOKENS);
     const WIDE: (usize, usize) = (MMA_WGT_WIDE, MMA_GEMM_WIDE_TOKENS);
@@ -609,15 +609,15 @@ pub fn mma_launch(t: usize, r: usize, k: usize, sms: usize, tuning: &KernelTunin
             let cost = gemm_cost(t, (r, k), sms, tile, (splits as usize, whole as usize), fit);
             (variant, tile, cost)
         };
-        let whole = shape(MMA_GEMM, MMA_GEMM_TOKENS);
+        let base = shape(MMA_GEMM, MMA_GEMM_TOKENS);
         let narrow = shape(MMA_GEMM_NARROW, MMA_GEMM_NARROW_TOKENS);
         // The wider tiles: the cheapest where priced, the one asked for where forced.
         let forced = tuning.wg_wide_tiles != WideTiles::Priced;
         let widest = wide_forms(t, k, tuning)
             .iter()
             .map(|&(variant, tile)| shape(variant, tile))
-            .fold(whole, |a, b| if forced || b.2 < a.2 { b } else { a });
-        let (variant, tile, _) = if tuning.gemm_narrow && narrow.2 < whole.2.min(widest.2) {
+            .fold(base, |a, b| if forced || b.2 < a.2 { b } else { a });
+        let (variant, tile, _) = if tuning.gemm_narrow && narrow.2 < base.2.min(widest.2) {
             narrow
         } else {
             widest
